@@ -1,0 +1,31 @@
+"""Packaging for minivllm, read from settings.ini and requirements.txt (no pkg_resources)."""
+from configparser import ConfigParser
+from pathlib import Path
+
+import setuptools
+
+here = Path(__file__).parent
+cfg = ConfigParser(delimiters=["="])
+cfg.read(here / "settings.ini")
+cfg = cfg["DEFAULT"]
+requirements = [line.strip() for line in (here / "requirements.txt").read_text().splitlines()
+                if line.strip() and not line.startswith("#")]
+runtime = {"torch", "triton", "transformers", "tokenizers", "safetensors", "gguf", "accelerate",
+           "numpy", "matplotlib", "tqdm", "pyzmq", "msgpack", "fastapi", "uvicorn"}
+
+setuptools.setup(
+    name=cfg["lib_name"],
+    version=cfg["version"],
+    description=cfg["description"],
+    long_description=(here / "README.md").read_text() if (here / "README.md").exists() else "",
+    long_description_content_type="text/markdown",
+    author=cfg["author"],
+    license="Apache-2.0",
+    packages=setuptools.find_packages(include=["minivllm", "minivllm.*"]),
+    python_requires=">=" + cfg["min_python"],
+    install_requires=[r for r in requirements if r.split("==")[0] in runtime],
+    entry_points={"console_scripts": cfg.get("console_scripts", "").split(),
+                  "nbdev": [f"{cfg['lib_path']}={cfg['lib_path']}._modidx:d"]},
+    include_package_data=True,
+    zip_safe=False,
+)

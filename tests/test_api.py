@@ -1,0 +1,29 @@
+"""The public surface of API.md is importable from the top-level package."""
+import pytest
+
+import minivllm
+
+REQUESTS = ["SamplingParams", "RequestStatus", "Request"]
+OUTPUTS = ["NewRequestData", "CachedRequestData", "SchedulerOutput", "ModelRunnerOutput", "EngineCoreOutput",
+           "EngineCoreOutputs", "SchedulerStats"]
+
+
+@pytest.mark.parametrize("name", REQUESTS + OUTPUTS)
+def test_public_name_importable(name):
+    assert getattr(minivllm, name) is not None
+
+
+def test_sampling_params_errors_name_the_field():
+    for kwargs, field in [({"top_p": 1.5}, "top_p"), ({"max_tokens": 0}, "max_tokens"),
+                          ({"temperature": -0.1}, "temperature"), ({"logprobs": -1}, "logprobs")]:
+        with pytest.raises(ValueError, match=field):
+            minivllm.SamplingParams(**kwargs)
+
+
+def test_request_counters_stay_consistent():
+    r = minivllm.Request("r", [1, 2, 3], minivllm.SamplingParams(max_tokens=5))
+    r.append_output_token_ids([4, 5]); r.append_output_token_ids(6)
+    assert r.all_token_ids == (1, 2, 3, 4, 5, 6) and r.output_token_ids == (4, 5, 6)
+    assert (r.num_tokens, r.num_output_tokens, r.num_tokens_with_spec) == (6, 3, 6)
+    with pytest.raises(ValueError, match="empty"):
+        minivllm.Request("e", [])
