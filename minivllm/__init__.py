@@ -6,6 +6,8 @@ __version__ = "0.1.0"
 # %% auto #0
 __all__ = []
 
-# %% ../nbs/99_api.ipynb #e366cd32
+# %% ../nbs/99_api.ipynb #229fd637
 from .request import *
 from .outputs import *
+from .block_pool import *
+from .kv_cache_manager import *

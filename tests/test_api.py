@@ -6,9 +6,11 @@ import minivllm
 REQUESTS = ["SamplingParams", "RequestStatus", "Request"]
 OUTPUTS = ["NewRequestData", "CachedRequestData", "SchedulerOutput", "ModelRunnerOutput", "EngineCoreOutput",
            "EngineCoreOutputs", "SchedulerStats"]
+KV_CACHE = ["NONE_HASH", "hash_block_tokens", "get_request_block_hasher", "KVCacheBlock", "FreeKVCacheBlockQueue",
+            "BlockPool", "KVCacheBlocks", "KVCacheManager"]
 
 
-@pytest.mark.parametrize("name", REQUESTS + OUTPUTS)
+@pytest.mark.parametrize("name", REQUESTS + OUTPUTS + KV_CACHE)
 def test_public_name_importable(name):
     assert getattr(minivllm, name) is not None
 
