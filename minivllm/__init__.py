@@ -6,8 +6,10 @@ __version__ = "0.1.0"
 # %% auto #0
 __all__ = []
 
-# %% ../nbs/99_api.ipynb #229fd637
+# %% ../nbs/99_api.ipynb #12729986
 from .request import *
 from .outputs import *
 from .block_pool import *
 from .kv_cache_manager import *
+from .scheduler import *
+from .sched_tools import *

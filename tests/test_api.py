@@ -8,9 +8,11 @@ OUTPUTS = ["NewRequestData", "CachedRequestData", "SchedulerOutput", "ModelRunne
            "EngineCoreOutputs", "SchedulerStats"]
 KV_CACHE = ["NONE_HASH", "hash_block_tokens", "get_request_block_hasher", "KVCacheBlock", "FreeKVCacheBlockQueue",
             "BlockPool", "KVCacheBlocks", "KVCacheManager"]
+SCHEDULER = ["SchedulerConfig", "CacheConfig", "Scheduler", "FCFSRequestQueue", "PriorityRequestQueue",
+             "create_request_queue"]
 
 
-@pytest.mark.parametrize("name", REQUESTS + OUTPUTS + KV_CACHE)
+@pytest.mark.parametrize("name", REQUESTS + OUTPUTS + KV_CACHE + SCHEDULER)
 def test_public_name_importable(name):
     assert getattr(minivllm, name) is not None
 
