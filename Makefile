@@ -6,7 +6,7 @@ PY := $(BIN)/python
 STAMP := $(VENV)/.installed
 export PYTHONHASHSEED := 0
 
-.PHONY: install test sync-check readme readme-check nbtest pytest lab demo docs clean
+.PHONY: install test sync-check readme readme-check nbtest pytest docs docs-check lab demo clean
 
 install: $(STAMP)
 
@@ -19,8 +19,8 @@ $(STAMP): requirements.txt setup.py settings.ini
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
-## test: library in sync with the notebooks, notebooks clean, then every notebook and tests/
-test: install sync-check nbtest pytest
+## test: library in sync with the notebooks, notebooks clean, every notebook, tests/, then the docs site
+test: install sync-check nbtest pytest docs-check
 
 sync-check: install
 	@tmp=$$(mktemp -d) && cp -r minivllm nbs $$tmp/ && \
@@ -45,8 +45,16 @@ nbtest: install
 pytest: install
 	$(BIN)/pytest -q tests
 
+## docs: render the site offline (Sphinx + myst-nb) into docs/_build/html
+docs: install
+	bash docs/build.sh
+
+## docs-check: open pages in headless Chromium (skips when Chromium is missing; `apt-get install chromium`)
+docs-check: docs
+	$(PY) docs/browser_check.py
+
 lab: install
 	$(BIN)/jupyter lab --notebook-dir=nbs
 
 clean:
-	rm -rf $(VENV) _proc docs/_build
+	rm -rf $(VENV) _proc docs/_build docs/_nbs

@@ -1,0 +1,53 @@
+# Sphinx configuration for minivllm's docs site (built by docs/build.sh; see docs/README.md).
+# Sources: docs/_nbs/, nbdev's processed notebooks as staged by docs/stage_nbs.py.
+# The notebooks are NOT executed here: nbdev_test executes them and their outputs are saved.
+import configparser
+from pathlib import Path
+
+_root = Path(__file__).resolve().parent.parent
+_cfg = configparser.ConfigParser()
+_cfg.read(_root / "settings.ini")
+_s = _cfg["DEFAULT"]
+
+project = _s.get("title", "minivllm")
+author = _s.get("author", "")
+copyright = _s.get("copyright", "")
+release = version = _s.get("version", "")
+
+extensions = ["myst_nb"]
+root_doc = "index"
+exclude_patterns = ["_build", "**.ipynb_checkpoints", "jupyter_execute"]
+source_suffix = {".ipynb": "myst-nb", ".md": "myst-nb"}
+
+# --- myst / myst-nb -------------------------------------------------------------------------
+nb_execution_mode = "off"          # outputs come from the committed notebooks
+nb_output_stderr = "remove"        # warnings/progress bars on stderr are noise on a teaching page
+nb_merge_streams = True
+myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "deflist", "html_image", "strikethrough", "attrs_inline"]
+myst_heading_anchors = 3           # [text](04_scheduler.ipynb#some-heading): GitHub-style slugs
+nb_render_markdown_format = "myst"  # Markdown outputs (tables, show_doc) rendered like cells
+
+# Harmless warnings (everything else fails the build under -W; see build.sh):
+suppress_warnings = [
+    "myst.header",                 # "Non-consecutive header level increase" (H1 -> H3, e.g. a
+                                   # show_doc entry right after the title): layout only
+    "misc.highlighting_failure",   # Pygments could not lex a snippet: shown as plain text
+]
+
+# --- HTML -------------------------------------------------------------------------------------
+html_theme = "sphinx_book_theme"
+html_title = project
+html_static_path = ["_static"]
+html_css_files = ["custom.css"]
+html_last_updated_fmt = None
+html_show_sourcelink = False
+html_copy_source = False
+html_theme_options = {
+    "repository_url": _s.get("git_url", ""),
+    "use_repository_button": False,
+    "show_toc_level": 2,
+    "home_page_in_toc": True,
+    "navigation_with_keys": False,
+    "use_download_button": False,    # sources are not copied (html_copy_source = False)
+    "extra_footer": f"<p>{_s.get('description', '')}</p>",
+}

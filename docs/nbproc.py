@@ -1,0 +1,84 @@
+"""nbdev's notebook processing for the docs (what `nbdev_proc_nbs` does), minus Quarto: nbs/ -> _proc/.
+
+Why not the `nbdev_proc_nbs` command itself: before processing, it tries to download and
+`sudo`-install Quarto, runs `pip install -e .`, and writes _quarto.yml / nbdev.yml / sidebar.yml
+into nbs/. Here we call the same machinery (`nbdev.serve._proc_file`, `nbdev.serve_drv.main`,
+nbdev's `FilterDefaults` processors: `#| hide`, `#| export`, show_doc, doc links, front matter)
+with one processor changed, `exec_show_docs`:
+
+nbdev re-executes, in a fresh shell, every exported cell, every `show_doc` cell and every cell
+that contains an import (so that show_doc has something to document), and stores the new
+outputs back into those cells. For a cell that mixes imports with other code, that re-runs
+teaching code out of context (nbdev warns "Found cells containing imports and other code"): it
+fails on names defined in cells that were not run, or loads a model / runs a benchmark during
+the docs build. Here, such ordinary cells keep their saved outputs (the ones nbdev_test
+produced) and only their top-level import statements are run. Exported cells, `#| exec_doc`
+cells and show_doc cells are run exactly as nbdev does, and any failure there fails the build
+(it would mean a missing API entry). If a show_doc needs a name defined in an ordinary cell,
+mark that cell `#| exec_doc`.
+Usage: nbproc.py N_WORKERS   (run from the repository root)
+"""
+import ast, sys
+from pathlib import Path
+from shutil import rmtree
+
+import nbdev.serve, nbdev.serve_drv
+from fastcore.basics import str2bool
+from fastcore.parallel import parallel
+from nbdev.config import get_config
+from nbdev.doclinks import nbglob
+from nbdev.processors import FilterDefaults, exec_show_docs, _do_eval, _is_showdoc
+
+_API_DIRS = {"export", "exports", "exporti", "exec_doc"}
+
+
+def _imports_only(source):
+    "The top-level import statements of `source` (empty string if it does not parse)."
+    try: tree = ast.parse(source)
+    except SyntaxError: return ""
+    return "\n".join(ast.unparse(n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom)))
+
+
+class docs_exec_show_docs(exec_show_docs):
+    "nbdev's exec_show_docs, but ordinary cells keep their saved outputs and may fail harmlessly."
+    def __call__(self, cell):
+        if not self.nb.has_docs_ or not hasattr(self, "k"): return
+        fm = getattr(self.nb, "frontmatter_", {})
+        if str2bool(fm.get("skip_showdoc", False)): return
+        if not _do_eval(cell): return
+        title = fm.get("title", "")
+        if (cell.directives_.keys() & _API_DIRS) or _is_showdoc(cell):
+            self.k.cell(cell)  # as nbdev: exported definitions and show_doc output
+            if self.k.exc:
+                raise Exception(f"Error{' in notebook: ' + title if title else ''} in cell {cell.idx_} :\n{cell.source}") from self.k.exc
+            return
+        imports = _imports_only(cell.source)  # ordinary cell: only what it imports
+        if imports:
+            self.k.run(imports)
+            if self.k.exc:
+                print(f"docs: note: imports of cell {cell.idx_} of {title!r} failed while preparing API docs: {self.k.exc!r}", flush=True)
+
+
+class DocsFilter(FilterDefaults):
+    def base_procs(self):
+        return [docs_exec_show_docs if p is exec_show_docs else p for p in super().base_procs()]
+
+
+def proc_nbs(n_workers=2):
+    "Process every notebook of nbs/ into _proc/ (always all of them: links depend on all chapters)."
+    cfg = get_config()
+    cache, path = cfg.config_path / "_proc", cfg.nbs_path
+    if cache.exists(): rmtree(cache)
+    cache.mkdir(parents=True)
+    files = nbglob(path, func=Path, file_glob="", file_re="")
+    files = files.map(nbdev.serve._proc_file, cache=cache, path=path).filter()
+    files = [(s, d, DocsFilter if x is FilterDefaults else x) for s, d, x in files]
+    parallel(nbdev.serve_drv.main, files, n_workers=n_workers, pause=0.01, method="spawn")
+    return cache
+
+
+if __name__ == "__main__":
+    # import ourselves by name so the spawned workers can unpickle `nbproc.DocsFilter`
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import nbproc
+    nbproc.proc_nbs(int(sys.argv[1]) if len(sys.argv) > 1 else 2)

@@ -1,0 +1,222 @@
+"""Turn nbdev's processed notebooks (`_proc/`) into a Sphinx source tree (`docs/_nbs/`).
+
+docs/nbproc.py (nbdev's processing, as `nbdev_proc_nbs` runs it) applies nbdev's directives: `#| hide` and
+`#| export` cells are gone, `show_doc` cells are executed (their Markdown output is the API
+entry), backticked names are linked to the docs, and the H1 title + `>` summary became a Quarto
+YAML front-matter raw cell. What is left is Quarto-flavoured; this script translates the few
+Quarto-isms into what myst-nb understands:
+
+* front matter raw cell          -> `# title` + summary paragraph (Sphinx needs a real H1)
+* `show_doc` cell + md output    -> a Markdown cell: label `(api-...)=`, heading, signature,
+                                    docstring, so API entries are real sections (sidebar,
+                                    search, cross-reference targets)
+* `#| echo: false`               -> myst-nb tag `remove-input`
+* `#| output: false`             -> tag `remove-output`
+* `#| include: false`            -> tag `remove-cell`
+* `#| code-fold: ...`            -> tag `hide-input` (collapsed "show code" toggle)
+* the other `#|` lines at the top of a code cell -> removed from the displayed source
+* nbdev's doc links (`{doc_host}{doc_baseurl}/PAGE.html#sym`) -> MyST links to the chapter
+  (and to the `show_doc` entry when the chapter has one), so they are checked by Sphinx.
+
+Chapters are discovered with a glob: `nbs/index.ipynb` is the home page, the other notebooks
+follow in numeric order of their prefix (00_, 01_, ..., then unnumbered ones by name).
+Usage: stage_nbs.py REPO_ROOT   (writes docs/_nbs/, removing what was there)
+"""
+import configparser, json, re, shutil, sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).resolve().parent.parent)
+CFG = configparser.ConfigParser()
+CFG.read(ROOT / "settings.ini")
+C = CFG["DEFAULT"]
+NBS = ROOT / C.get("nbs_path", "nbs")
+PROC = ROOT / "_proc"
+OUT = ROOT / "docs" / "_nbs"
+DOC_URL = (C.get("doc_host", "") + C.get("doc_baseurl", "")).rstrip("/")
+
+
+# files of nbs/ that are not copied next to the chapters: sources (a stray README.md would become
+# a page outside the table of contents) and Quarto/nbdev configuration
+SKIP_SUFFIXES = {".ipynb", ".md", ".rst", ".py", ".yml", ".yaml"}
+
+
+def chapter_key(p: Path):
+    m = re.match(r"(\d+)", p.stem)
+    return (0, int(m.group(1)), p.stem) if m else (1, 0, p.stem)
+
+
+def discover():
+    "Source notebooks in reading order: index first, then numbered chapters, then the rest."
+    nbs = [p for p in NBS.glob("*.ipynb") if not p.name.startswith(("_", "."))]
+    index = [p for p in nbs if p.stem == "index"]
+    rest = sorted((p for p in nbs if p.stem != "index"), key=chapter_key)
+    return index, rest
+
+
+def src(cell):
+    s = cell.get("source", "")
+    return "".join(s) if isinstance(s, list) else s
+
+
+def nbdev_page(stem):
+    "nbdev's html name for a notebook (`00_request` -> `request`), as in `_nbpath2html`."
+    return re.sub(r"^\d+[a-zA-Z0-9]*_", "", stem.lower())
+
+
+_re_dir = re.compile(r"^\s*#\|\s*([\w-]+)\s*:?\s*(.*?)\s*$")
+
+
+def split_directives(source):
+    "Split the `#|` directive lines (Quarto reads them at the top of a cell) from the code."
+    dirs, lines = {}, source.splitlines()
+    while lines and _re_dir.match(lines[0]):
+        m = _re_dir.match(lines.pop(0))
+        dirs[m.group(1)] = m.group(2)
+    return dirs, "\n".join(lines).strip("\n")
+
+
+def md_output(cell):
+    for o in cell.get("outputs", []):
+        d = o.get("data", {})
+        if "text/markdown" in d:
+            t = d["text/markdown"]
+            return "".join(t) if isinstance(t, list) else t
+
+
+_re_heading = re.compile(r"^(#{1,6})\s+(.+?)\s*$", re.M)
+
+
+_re_srclink = re.compile(r"\[source\]\(([^)\s]*)\)(\{[^}]*\})?")
+
+
+def showdoc_to_markdown(md, labels):
+    "show_doc's Markdown output -> Markdown cell text: label, heading, source link, signature, doc."
+    # leading horizontal rule dropped: docutils rejects a transition right before a section title
+    md = re.sub(r"^\s*---\s*\n", "", md)
+    # `[source](url){target=... style=...}` is Quarto attribute syntax; keep a plain link and drop
+    # the `#LNone` fragment show_doc writes when it could not find the line number
+    md = _re_srclink.sub(lambda m: f"[source]({re.sub(r'#LNone$', '', m.group(1))}){{.api-source}}", md)
+    m = _re_heading.search(md)
+    if not m: return md, None
+    name = m.group(2).replace("\\", "").strip("` ")
+    anchor = name.lower()
+    label = base = "api-" + re.sub(r"[^a-z0-9_.]+", "-", anchor)
+    n = 2
+    while label in labels:  # same name shown twice: keep labels unique (first one wins links)
+        label, n = f"{base}-{n}", n + 1
+    labels.add(label)
+    body = (md[:m.start()] + md[m.end():]).strip()
+    return f"({label})=\n{m.group(0).strip()}\n\n{body}\n", (anchor, label)
+
+
+def frontmatter(cell):
+    s = src(cell).strip()
+    if cell["cell_type"] != "raw" or not s.startswith("---"): return None
+    try:
+        return yaml.safe_load(s.strip("-\n")) or {}
+    except yaml.YAMLError:
+        return None
+
+
+def convert(nb, stem, labels):
+    "Rewrite one processed notebook in place; returns its {anchor: label} map of API entries."
+    cells, api, title = [], {}, None
+    for cell in nb["cells"]:
+        s = src(cell)
+        fm = frontmatter(cell) if cell["cell_type"] == "raw" and title is None else None
+        if fm is not None:
+            title = fm.get("title") or stem
+            text = f"# {title}\n"
+            if fm.get("description"): text += f"\n> {fm['description']}\n"
+            cells.append({"cell_type": "markdown", "metadata": {}, "source": text})
+            continue
+        if cell["cell_type"] == "markdown" and s.strip().startswith("<!-- WARNING: THIS FILE WAS AUTOGENERATED"):
+            continue
+        if cell["cell_type"] == "code":
+            dirs, code = split_directives(s)
+            md = md_output(cell)
+            if re.match(r"^\s*show_doc\(", code) and md:
+                text, entry = showdoc_to_markdown(md, labels)
+                if entry: api.setdefault(entry[0], entry[1])
+                cells.append({"cell_type": "markdown", "metadata": {}, "source": text})
+                continue
+            tags = list(cell.get("metadata", {}).get("tags", []))
+            if dirs.get("echo", "").lower() == "false": tags.append("remove-input")
+            if dirs.get("output", "").lower() == "false": tags.append("remove-output")
+            if dirs.get("include", "").lower() == "false": tags.append("remove-cell")
+            if "code-fold" in dirs and dirs["code-fold"].lower() != "false": tags.append("hide-input")
+            cell["source"] = code
+            md_ = cell.setdefault("metadata", {})
+            if tags: md_["tags"] = sorted(set(tags))
+            if not code.strip() and not cell.get("outputs"): continue
+        cells.append(cell)
+    if title is None:  # no H1 + summary in the notebook: give the page a title anyway
+        first_md = next((src(c) for c in cells if c["cell_type"] == "markdown"), "")
+        if not re.match(r"^#\s", first_md.lstrip()):
+            cells.insert(0, {"cell_type": "markdown", "metadata": {}, "source": f"# {stem}\n"})
+    for i, c in enumerate(cells):  # nbformat 4.5 wants ids; show_doc/our cells have none
+        c["id"] = c.get("id") or f"{re.sub(r'[^A-Za-z0-9-]', '-', stem)}-{i}"
+    nb["cells"] = cells
+    return api
+
+
+def rewrite_links(nb, page2doc, api):
+    "Point nbdev's absolute doc links at the local chapters (and API entries)."
+    if not DOC_URL: return
+    pat = re.compile(r"\[([^\[\]]*)\]\(" + re.escape(DOC_URL) + r"/([\w.-]+)\.html(?:#([^)\s]*))?\)")
+
+    def sub(m):
+        text, page, anchor = m.groups()
+        doc = page2doc.get(page)
+        if doc is None: return text  # no such chapter (yet): plain text, not a dead link
+        label = api.get(doc, {}).get((anchor or "").lower())
+        return f"[{text}](#{label})" if label else f"[{text}]({doc}.ipynb)"
+
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "markdown":
+            cell["source"] = pat.sub(sub, src(cell))
+        for o in cell.get("outputs", []):
+            d = o.get("data", {})
+            if "text/markdown" in d:
+                d["text/markdown"] = pat.sub(sub, "".join(d["text/markdown"]) if isinstance(d["text/markdown"], list) else d["text/markdown"])
+
+
+def main():
+    index, chapters = discover()
+    if OUT.exists(): shutil.rmtree(OUT)
+    OUT.mkdir(parents=True)
+    # non-notebook files next to the notebooks (images referenced from Markdown) come along
+    for f in PROC.rglob("*"):
+        if f.is_file() and f.suffix not in SKIP_SUFFIXES and not any(p.startswith((".", "_")) for p in f.relative_to(PROC).parts):
+            d = OUT / f.relative_to(PROC)
+            d.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(f, d)
+    labels, nbs, api, page2doc = set(), {}, {}, {}
+    for p in index + chapters:
+        proc = PROC / p.name
+        if not proc.exists(): sys.exit(f"stage_nbs: {proc} missing: did proc_nbs fail?")
+        nb = json.loads(proc.read_text(encoding="utf-8"))
+        api[p.stem] = convert(nb, p.stem, labels)
+        # myst-nb picks the code lexer from the notebook metadata; default to Python
+        nb.setdefault("metadata", {}).setdefault("language_info", {"name": "python", "pygments_lexer": "ipython3"})
+        nbs[p.stem] = nb
+        page2doc[nbdev_page(p.stem)] = p.stem
+    page2doc.setdefault("index", "index")
+    for stem, nb in nbs.items():
+        rewrite_links(nb, page2doc, api)
+    # the home page: the index notebook (or a stand-in) followed by the table of contents
+    toc = ["", "```{toctree}", ":maxdepth: 1", ":caption: Chapters", ""] + [p.stem for p in chapters] + ["```", ""]
+    if index:
+        nbs["index"]["cells"].append({"cell_type": "markdown", "id": "toc-chapters", "metadata": {}, "source": "\n".join(toc)})
+    else:
+        title, desc = C.get("title", C.get("lib_name", "docs")), C.get("description", "")
+        (OUT / "index.md").write_text(f"# {title}\n\n> {desc}\n" + "\n".join(toc), encoding="utf-8")
+    for stem, nb in nbs.items():
+        (OUT / f"{stem}.ipynb").write_text(json.dumps(nb, indent=1, ensure_ascii=False), encoding="utf-8")
+    print(f"stage_nbs: {len(nbs)} notebook(s) -> {OUT.relative_to(ROOT)}: " + ", ".join(nbs), flush=True)
+
+
+if __name__ == "__main__":
+    main()
