@@ -10,7 +10,7 @@ cfg.read(here / "settings.ini")
 cfg = cfg["DEFAULT"]
 requirements = [line.strip() for line in (here / "requirements.txt").read_text().splitlines()
                 if line.strip() and not line.startswith("#")]
-runtime = {"torch", "triton", "transformers", "tokenizers", "safetensors", "gguf", "accelerate",
+runtime = {"torch", "triton", "fastcore", "transformers", "tokenizers", "safetensors", "gguf", "accelerate",
            "numpy", "matplotlib", "tqdm", "pyzmq", "msgpack", "fastapi", "uvicorn"}
 
 setuptools.setup(

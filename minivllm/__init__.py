@@ -6,10 +6,15 @@ __version__ = "0.1.0"
 # %% auto #0
 __all__ = []
 
-# %% ../nbs/99_api.ipynb #12729986
+# %% ../nbs/99_api.ipynb #856c6645
 from .request import *
 from .outputs import *
 from .block_pool import *
 from .kv_cache_manager import *
 from .scheduler import *
 from .sched_tools import *
+from .input_batch import *
+from .sampler import *
+from .attention import *
+from .model import *
+from .model_runner import *

@@ -10,9 +10,11 @@ KV_CACHE = ["NONE_HASH", "hash_block_tokens", "get_request_block_hasher", "KVCac
             "BlockPool", "KVCacheBlocks", "KVCacheManager"]
 SCHEDULER = ["SchedulerConfig", "CacheConfig", "Scheduler", "FCFSRequestQueue", "PriorityRequestQueue",
              "create_request_queue"]
+WORKER = ["CachedRequestState", "BlockTable", "InputBatch", "prepare_inputs", "Sampler", "ModelRunner",
+          "AttentionMetadata", "get_attn_backend", "load_model"]
 
 
-@pytest.mark.parametrize("name", REQUESTS + OUTPUTS + KV_CACHE + SCHEDULER)
+@pytest.mark.parametrize("name", REQUESTS + OUTPUTS + KV_CACHE + SCHEDULER + WORKER)
 def test_public_name_importable(name):
     assert getattr(minivllm, name) is not None
 

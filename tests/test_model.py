@@ -1,0 +1,205 @@
+"""The Llama-family model: same weights as transformers give the same logits (tiny Llama, Qwen2, Qwen3 and the
+embedded SmolLM2), running in pieces through the paged KV cache equals one full forward, bad folders fail clearly."""
+import json
+import shutil
+from types import SimpleNamespace
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import AutoModelForCausalLM, LlamaConfig
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+from minivllm.model import (TINY_CONFIG, cache_dir, default_model_path, load_model, make_attn_metadata,
+                            make_kv_caches, make_tiny_model, resolve_dtype, rope_inv_freq, rope_parameters)
+
+LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 32}
+VARIANTS = {  # name -> make_tiny_model arguments
+    "llama_tied": dict(arch="LlamaForCausalLM", tie_word_embeddings=True),
+    "llama_untied": dict(arch="LlamaForCausalLM", tie_word_embeddings=False),
+    "llama_llama3_rope": dict(arch="LlamaForCausalLM", rope_parameters=LLAMA3_ROPE),
+    "llama_sharded": dict(arch="LlamaForCausalLM", tie_word_embeddings=False, max_shard_size="200KB"),
+    "qwen2_untied": dict(arch="Qwen2ForCausalLM", tie_word_embeddings=False),
+    "qwen2_tied": dict(arch="Qwen2ForCausalLM", tie_word_embeddings=True),
+    "qwen3_tied": dict(arch="Qwen3ForCausalLM", tie_word_embeddings=True),
+    "qwen3_untied": dict(arch="Qwen3ForCausalLM", tie_word_embeddings=False),
+}
+IDS = torch.randint(0, 256, (40,), generator=torch.Generator().manual_seed(0)).tolist()
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    "One tiny random checkpoint per variant."
+    root = tmp_path_factory.mktemp("tiny_models")
+    return {name: make_tiny_model(root / name, seed=i, **kw) for i, (name, kw) in enumerate(VARIANTS.items())}
+
+
+def hf_logits(model_dir, ids):
+    hf = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    with torch.no_grad(): return hf(torch.tensor([ids])).logits[0]
+
+
+def run_steps(model, seqs, chunks, block_size=16, num_blocks=12, seed=0):
+    "Feed each request's tokens in the given chunk sizes (one list per step, in shuffled blocks); logits per request."
+    model.bind_kv_caches(make_kv_caches(*model.kv_cache_spec(), num_blocks, block_size))
+    perm = torch.randperm(num_blocks, generator=torch.Generator().manual_seed(seed)).tolist()
+    tables = [perm[i::len(seqs)] for i in range(len(seqs))]
+    done, out = [0] * len(seqs), [[] for _ in seqs]
+    for step in chunks:
+        positions, md = make_attn_metadata(tables, done, step, block_size)
+        ids = torch.tensor([t for s, c, n in zip(seqs, done, step) for t in s[c:c + n]])
+        logits = model.compute_logits(model(ids, positions, md)).split(step)
+        for i, n in enumerate(step): out[i].append(logits[i]); done[i] += n
+    return [torch.cat(o) for o in out]
+
+
+# ---------------------------------------------------------------- same weights, same logits
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_logits_equal_transformers(tiny, name):
+    if name == "llama_sharded": assert (tiny[name] / "model.safetensors.index.json").is_file()
+    ours = run_steps(load_model(tiny[name]), [IDS], [[len(IDS)]])[0]
+    theirs = hf_logits(tiny[name], IDS)
+    assert ours.dtype == torch.float32 and ours.shape == (len(IDS), 256)
+    torch.testing.assert_close(ours, theirs, atol=1e-4, rtol=1e-4)
+    assert torch.equal(ours.argmax(-1), theirs.argmax(-1))
+
+
+def test_old_style_rope_config(tiny, tmp_path):
+    "config.json with top-level rope_theta and rope_scaling = {type: linear} (pre-5.x form) still loads and matches."
+    d = tmp_path / "old"
+    shutil.copytree(tiny["llama_untied"], d)
+    config = json.loads((d / "config.json").read_text())
+    config.pop("rope_parameters")
+    config.update(rope_theta=5000.0, rope_scaling={"type": "linear", "factor": 2.0})
+    (d / "config.json").write_text(json.dumps(config))
+    model = load_model(d)
+    assert model.model.rotary_emb.inv_freq[0] == 0.5  # theta**0 / factor
+    torch.testing.assert_close(run_steps(model, [IDS], [[40]])[0], hf_logits(d, IDS), atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("kind,scaling", [
+    ("linear", {"factor": 4.0}),
+    ("llama3", {k: v for k, v in LLAMA3_ROPE.items() if k not in ("rope_type", "rope_theta")}),
+    ("yarn", {"factor": 4.0, "original_max_position_embeddings": 256}),
+    ("yarn", {"factor": 4.0, "original_max_position_embeddings": 256, "mscale": 0.7, "mscale_all_dim": 1.0}),
+])
+def test_rope_frequencies_equal_transformers(kind, scaling):
+    cfg = LlamaConfig(**TINY_CONFIG, rope_parameters={"rope_type": kind, "rope_theta": 10000.0, **scaling})
+    (ours, ours_scale), (theirs, their_scale) = rope_inv_freq(cfg), ROPE_INIT_FUNCTIONS[kind](cfg)
+    torch.testing.assert_close(ours, theirs, atol=1e-7, rtol=1e-6)
+    assert ours_scale == pytest.approx(their_scale)
+
+
+def test_rope_parameters_read_both_config_forms():
+    old = SimpleNamespace(rope_theta=500000.0, max_position_embeddings=8192, rope_scaling={"type": "linear", "factor": 4.0})
+    new = SimpleNamespace(max_position_embeddings=8192, rope_parameters={"rope_type": "linear", "rope_theta": 500000.0,
+                                                                        "factor": 4.0})
+    bare = SimpleNamespace(max_position_embeddings=64)
+    expected = {"rope_type": "linear", "rope_theta": 500000.0, "factor": 4.0, "original_max_position_embeddings": 8192}
+    assert rope_parameters(old) == rope_parameters(new) == expected
+    assert rope_parameters(bare) == {"rope_type": "default", "rope_theta": 10000.0, "original_max_position_embeddings": 64}
+
+
+def test_dynamic_rope_refused():
+    cfg = LlamaConfig(**TINY_CONFIG, rope_parameters={"rope_type": "dynamic", "rope_theta": 1e4, "factor": 2.0})
+    with pytest.raises(ValueError, match="unsupported rope_type 'dynamic'"): rope_inv_freq(cfg)
+
+
+# ---------------------------------------------------------------- the paged cache
+
+@pytest.mark.parametrize("name", ["llama_tied", "qwen2_untied", "qwen3_tied"])
+def test_prefill_then_decode_equals_full_forward(tiny, name):
+    model = load_model(tiny[name])
+    a, b = IDS[:37], IDS[10:33]
+    full = run_steps(model, [a, b], [[37, 23]], seed=2)
+    # a: chunked prefill 16 + 19 then two decodes; b: whole prefill then three decodes
+    steps = run_steps(model, [a, b], [[16, 20], [19, 1], [1, 1], [1, 1]], seed=1)
+    for s, f in zip(steps, full): torch.testing.assert_close(s, f, atol=1e-4, rtol=1e-4)
+    # both chunked at once, in other blocks
+    chunked = run_steps(model, [a, b], [[5, 7], [32, 16]], seed=3)
+    for s, f in zip(chunked, full): torch.testing.assert_close(s, f, atol=1e-4, rtol=1e-4)
+
+
+def test_triton_backend_matches_torch_backend(tiny):
+    "The model through the Triton kernels (the interpreter on CPU) gives the torch backend's logits."
+    steps = [[9, 16], [1, 1]]
+    torch_out = run_steps(load_model(tiny["qwen3_tied"], attn_backend="torch"), [IDS[:10], IDS[:17]], steps)
+    triton_out = run_steps(load_model(tiny["qwen3_tied"], attn_backend="triton"), [IDS[:10], IDS[:17]], steps)
+    for t, r in zip(torch_out, triton_out): torch.testing.assert_close(r, t, atol=1e-4, rtol=1e-4)
+
+
+def test_model_interface(tiny):
+    model = load_model(tiny["qwen3_untied"], dtype="bfloat16")
+    assert model.kv_cache_spec() == (2, 2, 32, torch.bfloat16)
+    assert model.config.architectures == ["Qwen3ForCausalLM"]
+    with pytest.raises(ValueError, match="expected 2 KV caches"): model.bind_kv_caches([])
+    with pytest.raises(ValueError, match="does not match"):
+        model.bind_kv_caches(make_kv_caches(2, 2, 32, torch.float32, 4, 16))
+    logits = run_steps(model, [IDS], [[40]])[0]
+    assert logits.dtype == torch.float32  # logits are float32 whatever the model's dtype
+    assert (logits.argmax(-1) == hf_logits(tiny["qwen3_untied"], IDS).argmax(-1)).float().mean() > 0.9
+    assert resolve_dtype("auto", model.config, "cpu") == torch.float32
+    assert resolve_dtype("auto", model.config, "cuda") == torch.float32  # the tiny checkpoint was saved in fp32
+    assert resolve_dtype(torch.float16, model.config, "cpu") == torch.float16
+    with pytest.raises(ValueError, match="unsupported dtype"): resolve_dtype("int8", model.config, "cpu")
+
+
+# ---------------------------------------------------------------- clear errors
+
+def _altered(src, dst, edit_state=None, edit_config=None):
+    shutil.copytree(src, dst)
+    if edit_state: save_file(edit_state(load_file(dst / "model.safetensors")), dst / "model.safetensors")
+    if edit_config:
+        (dst / "config.json").write_text(json.dumps(edit_config(json.loads((dst / "config.json").read_text()))))
+    return dst
+
+
+def test_errors_name_the_problem(tiny, tmp_path):
+    src = tiny["llama_tied"]
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="no config.json"): load_model(tmp_path / "empty")
+    no_weights = _altered(src, tmp_path / "no_weights")
+    (no_weights / "model.safetensors").unlink()
+    with pytest.raises(ValueError, match="no safetensors weights"): load_model(no_weights)
+    mistral = _altered(src, tmp_path / "mistral", edit_config=lambda c: {**c, "architectures": ["MistralForCausalLM"]})
+    with pytest.raises(ValueError, match="unsupported architecture 'MistralForCausalLM'"): load_model(mistral)
+    missing = _altered(src, tmp_path / "missing",
+                       lambda sd: {k: v for k, v in sd.items() if k != "model.layers.1.mlp.up_proj.weight"})
+    with pytest.raises(ValueError, match=r"missing tensors \['model.layers.1.mlp.up_proj.weight'\]"):
+        load_model(missing)
+    extra = _altered(src, tmp_path / "extra", lambda sd: {**sd, "model.layers.0.self_attn.q_norm.weight": torch.ones(32)})
+    with pytest.raises(ValueError, match=r"unexpected tensors \['model.layers.0.self_attn.q_norm.weight'\]"):
+        load_model(extra)
+    shape = _altered(src, tmp_path / "shape", lambda sd: {**sd, "model.norm.weight": torch.ones(7)})
+    with pytest.raises(ValueError, match="model.norm.weight .* has shape"): load_model(shape)
+    with pytest.raises(ValueError, match="attention backend"): load_model(src, attn_backend="flash")
+
+
+# ---------------------------------------------------------------- the embedded default model
+
+def test_cache_dir_follows_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("MINIVLLM_CACHE", str(tmp_path / "a"))
+    assert cache_dir() == tmp_path / "a"
+    monkeypatch.delenv("MINIVLLM_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_dir() == tmp_path / "xdg" / "minivllm"
+
+
+def test_smollm2_logits_equal_transformers():
+    path = default_model_path()
+    assert default_model_path() == path  # converted once, then reused
+    config = json.loads((path / "config.json").read_text())
+    assert "quantization_config" not in config and config["architectures"] == ["LlamaForCausalLM"]
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(path)
+    assert (tok.eos_token, tok.eos_token_id, tok.bos_token_id) == ("<|im_end|>", 2, 1)
+    chat = tok.apply_chat_template([{"role": "user", "content": "Hi"}], add_generation_prompt=True, tokenize=False)
+    assert chat.endswith("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
+    ids = tok("The capital of France is").input_ids
+    ours = run_steps(load_model(path), [ids], [[len(ids)]])[0]
+    theirs = hf_logits(path, ids)
+    torch.testing.assert_close(ours, theirs, atol=1e-3, rtol=1e-4)
+    assert torch.equal(ours.argmax(-1), theirs.argmax(-1))
+    assert tok.decode(ours[-1].argmax()) == " Paris"
