@@ -4,8 +4,9 @@ Each `tests/golden/NAME.json` is a workload for the vLLM oracle (`../shared/orac
 `NAME.trace.json` is what vLLM's real scheduler decided for it (recorded once; CI needs no vLLM).
 `run_workload` replays the workload through minivllm with the same fake sampler; every step must
 match: tokens per request in scheduling order, new/resumed/running, the `num_computed_tokens` sent,
-new block ids, block tables, preempted ids, finished ids and reasons, sampled tokens, free blocks
-and queue order. Invariants are checked after every step on the way.
+new block ids, block tables, preempted ids, finished ids and reasons, sampled tokens, the step's
+prefix-cache stats (recorded at admission, as vLLM 0.33 does), free blocks and queue order. Invariants
+are checked after every step on the way.
 """
 import json
 from pathlib import Path
@@ -37,6 +38,19 @@ def test_same_decisions_as_vllm(path):
     ours = run_workload(workload, check=True)
     assert diff_traces(ours, ref) is None, diff_traces(ours, ref)
     assert ours["requests"] == ref["requests"]  # finish step and reason, first admission and its prefix hit
+    for a, b in zip(ours["steps"], ref["steps"], strict=True):  # also inside diff_traces; explicit here
+        assert a.get("prefix_cache_stats") == b.get("prefix_cache_stats"), \
+            f"step {a['step']}: prefix_cache_stats minivllm {a.get('prefix_cache_stats')} != vLLM {b.get('prefix_cache_stats')}"
+
+
+def test_prefix_cache_stats_are_compared():
+    "The golden traces exercise the stats: some steps have prefix hits, some count preempted requests."
+    totals = {"hits": 0, "preempted_requests": 0}
+    for path in WORKLOADS:
+        _, ref = load(path)
+        for st in ref["steps"]:
+            for k in totals: totals[k] += (st.get("prefix_cache_stats") or {}).get(k, 0)
+    assert totals["hits"] > 0 and totals["preempted_requests"] > 0, totals
 
 
 def test_known_difference_priority_self_preemption():

@@ -4,6 +4,7 @@ A hypothesis state machine plays the scheduler: requests with shared prefixes (t
 duplicate blocks are common) are admitted with prefix hits and chunked prefills, grow by decoding, get preempted and
 finish, on small pools under both free orders. After every operation the pool's bookkeeping is checked; a failed
 `allocate_slots` must leave everything exactly as it was; at the end everything freed means every block free.
+Prefix-cache stats count admissions only (as vLLM 0.33): a lookup whose allocation fails adds nothing.
 """
 from collections import Counter
 
@@ -145,6 +146,7 @@ class KVCacheMachine(RuleBasedStateMachine):
                                   classic_free_order=classic)
         self.hasher = get_request_block_hasher(block_size)
         self.waiting, self.running, self.n = [], [], 0
+        self.expected_stats = Counter()                              # what the admissions so far should have recorded
         for prompt in first: self.add_request(prompt)
 
     def all_requests(self): return self.waiting + self.running
@@ -175,7 +177,12 @@ class KVCacheMachine(RuleBasedStateMachine):
         if hit_tokens: event("prefix hit")
         if any(b.ref_cnt == 0 for b in hits.blocks): event("hit on a free cached block")
         num_new = min(chunk, req.num_tokens - hit_tokens)            # chunked prefill
+        num_tokens, preempted = req.num_tokens, req.num_preemptions > 0
         if self.try_allocate(req, num_new, hit_tokens, hits):
+            self.kvm.record_prefix_cache_stats(req, hit_tokens)     # the scheduler records at admission only
+            if self.kvm.enable_caching:
+                pre = "preempted_" if preempted else ""
+                self.expected_stats.update({pre + "requests": 1, pre + "queries": num_tokens, pre + "hits": hit_tokens})
             self.waiting.remove(req); self.running.append(req)
 
     @rule(pick=st.integers(0, 100), chunk=st.integers(1, 40), token=st.integers(0, 2),
@@ -214,6 +221,10 @@ class KVCacheMachine(RuleBasedStateMachine):
     def stats(self):
         s = self.kvm.make_prefix_cache_stats()
         assert 0 <= s.hits <= s.queries and 0 <= s.preempted_hits <= s.preempted_queries
+        got = {k: getattr(s, k) for k in ("requests", "queries", "hits", "preempted_requests", "preempted_queries",
+                                          "preempted_hits")}
+        assert got == {k: self.expected_stats[k] for k in got}, (got, self.expected_stats)
+        self.expected_stats = Counter()
 
     @invariant()
     def pool_is_consistent(self):

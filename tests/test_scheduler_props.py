@@ -4,15 +4,16 @@ Arrivals over time, prompts of 1..200 tokens (some sharing prefixes), max_tokens
 min_tokens, KV pools from barely one max_model_len sequence to plenty (so preemption happens), both
 policies, chunked prefill on and off, long-prefill thresholds, random aborts, and now and then a
 `reset_prefix_cache(reset_running_requests=True)` while a step is in flight (those requests still get
-the step's token). At the end every request finished with the right reason and length, and nothing is
-left behind: all blocks free, no request in any queue.
+the step's token). Every step's prefix-cache stats count exactly that step's admissions (new and resumed,
+as vLLM 0.33 records them). At the end every request finished with the right reason and length, and
+nothing is left behind: all blocks free, no request in any queue.
 """
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from minivllm.request import Request, RequestStatus, SamplingParams
 from minivllm.scheduler import CacheConfig, Scheduler, SchedulerConfig
-from minivllm.sched_tools import FakeWorker, check_invariants
+from minivllm.sched_tools import FakeWorker, check_invariants, scheduled_entries
 
 EOS = 2
 PREFIXES = [list(range(5000 + 1000 * j, 5000 + 1000 * j + 64)) for j in range(3)]
@@ -62,6 +63,14 @@ def expected_finish(r: dict, worker: FakeWorker, mml: int) -> tuple[str, int]:
     raise AssertionError("unreachable: max_tokens always ends a request")
 
 
+def check_stats(p, so, caching: bool) -> None:
+    "A step's prefix-cache stats count its admissions only: new ones, and resumed ones apart (with their hits)."
+    admitted = {k: [e for e in scheduled_entries(so) if e.kind == k] for k in ("new", "resumed")}
+    hits = {k: sum(e.num_computed_tokens for e in v) for k, v in admitted.items()}
+    want = (len(admitted["new"]), hits["new"], len(admitted["resumed"]), hits["resumed"]) if caching else (0, 0, 0, 0)
+    assert (p.requests, p.hits, p.preempted_requests, p.preempted_hits) == want
+
+
 def run(cfg, cache, reqs, aborts, resets):
     "Drive the engine loop; returns the scheduler, worker, tokens and finish reasons per request."
     s = Scheduler(SchedulerConfig(**cfg), CacheConfig(**cache))
@@ -84,7 +93,9 @@ def run(cfg, cache, reqs, aborts, resets):
         check_invariants(s, so)
         mro = w.execute_model(so)
         if step in resets: assert s.reset_prefix_cache(reset_running_requests=True)  # mid-step: still gets tokens
-        for o in s.update_from_output(so, mro).outputs:
+        eco = s.update_from_output(so, mro)
+        check_stats(eco.scheduler_stats.prefix_cache_stats, so, cache["enable_prefix_caching"])
+        for o in eco.outputs:
             tokens[o.request_id] += o.new_token_ids
             if o.finish_reason: reasons[o.request_id] = o.finish_reason
         check_invariants(s, worker=w)
