@@ -7,7 +7,7 @@ __all__ = ['ATTN_BACKENDS', 'AttentionMetadata', 'make_paged_batch', 'reshape_an
            'reshape_and_cache', 'unified_attention', 'split_kv_decode_attention', 'triton_paged_attention',
            'torch_paged_attention', 'TorchAttentionBackend', 'TritonAttentionBackend', 'get_attn_backend']
 
-# %% ../nbs/08_paged_attention.ipynb #d586603d
+# %% ../nbs/08_paged_attention.ipynb #da941e75
 import os
 from dataclasses import dataclass
 import torch
@@ -19,7 +19,7 @@ if not torch.cuda.is_available(): os.environ.setdefault("TRITON_INTERPRET", "1")
 import triton
 import triton.language as tl
 
-# %% ../nbs/08_paged_attention.ipynb #0bbe5947
+# %% ../nbs/08_paged_attention.ipynb #0f912afb
 @dataclass
 class AttentionMetadata:
     "Per-step description of a packed batch for attention over a paged KV cache."
@@ -30,7 +30,7 @@ class AttentionMetadata:
     max_query_len: int
     max_seq_len: int
 
-# %% ../nbs/08_paged_attention.ipynb #eed109fc
+# %% ../nbs/08_paged_attention.ipynb #6027550f
 def make_paged_batch(q_lens, ctx_lens, block_size=16, num_kv_heads=2, qpk=2, head_dim=64,
                      dtype=torch.float32, device="cpu", share_prefix=0, pad=0, extra_blocks=3, seed=0):
     "Random (query, key, value, kv_cache, AttentionMetadata) for requests with these query and context lengths."
@@ -57,7 +57,7 @@ def make_paged_batch(q_lens, ctx_lens, block_size=16, num_kv_heads=2, qpk=2, hea
                            torch.tensor(slots, dtype=torch.int64, device=device), max(q_lens), max(seq_lens))
     return query.to(device), key.to(device), value.to(device), kv_cache.to(device), md
 
-# %% ../nbs/08_paged_attention.ipynb #6ff20211
+# %% ../nbs/08_paged_attention.ipynb #623fe5f6
 def reshape_and_cache_ref(key, value, kv_cache, slot_mapping):
     "Write key/value [num_tokens, num_kv_heads, head_dim] into kv_cache at slot_mapping (skip -1)."
     keep = slot_mapping >= 0
@@ -66,7 +66,7 @@ def reshape_and_cache_ref(key, value, kv_cache, slot_mapping):
     kv_cache[blk, 0, off] = key[keep].to(kv_cache.dtype)
     kv_cache[blk, 1, off] = value[keep].to(kv_cache.dtype)
 
-# %% ../nbs/08_paged_attention.ipynb #74119188
+# %% ../nbs/08_paged_attention.ipynb #299c0465
 def paged_attention_ref(query, kv_cache, md, scale):
     "Reference paged attention: one request at a time, in fp32, straight from the definition."
     out = torch.zeros_like(query)
@@ -86,7 +86,7 @@ def paged_attention_ref(query, kv_cache, md, scale):
         out[q0:q1] = torch.einsum("hqk,khd->qhd", s.softmax(-1), v).to(query.dtype)
     return out
 
-# %% ../nbs/08_paged_attention.ipynb #0a6ad104
+# %% ../nbs/08_paged_attention.ipynb #3e3dbbd4
 @triton.jit
 def _reshape_and_cache_kernel(key_ptr, value_ptr, cache_ptr, slot_ptr,
                               stride_kt, stride_kh, stride_vt, stride_vh,
@@ -105,7 +105,7 @@ def _reshape_and_cache_kernel(key_ptr, value_ptr, cache_ptr, slot_ptr,
     tl.store(dst, tl.load(key_ptr + t * stride_kt + h * stride_kh + d, mask=ok), mask=ok)
     tl.store(dst + stride_ckv, tl.load(value_ptr + t * stride_vt + h * stride_vh + d, mask=ok), mask=ok)
 
-# %% ../nbs/08_paged_attention.ipynb #6f9850af
+# %% ../nbs/08_paged_attention.ipynb #33ee285d
 def reshape_and_cache(key, value, kv_cache, slot_mapping):
     "Triton: write key/value [num_tokens, num_kv_heads, head_dim] into kv_cache at slot_mapping (skip -1)."
     n, hkv, d = key.shape
@@ -118,7 +118,37 @@ def reshape_and_cache(key, value, kv_cache, slot_mapping):
         kv_cache.stride(0), kv_cache.stride(1), kv_cache.stride(2), kv_cache.stride(3),
         BLOCK_SIZE=kv_cache.shape[2], NUM_KV_HEADS=hkv, HEAD_DIM=d, TILE=tile)
 
-# %% ../nbs/08_paged_attention.ipynb #cc4b7621
+# %% ../nbs/08_paged_attention.ipynb #7ec0e4e2
+@triton.jit
+def _load_kv_tile(cache_ptr, bt_row_ptr, kpos, k_ok, offs_d, d_ok, stride_cb, stride_ckv, stride_cs,
+                  BLOCK_SIZE: tl.constexpr, UPCAST: tl.constexpr):
+    "K^T [HEAD_PAD, TILE] and V [TILE, HEAD_PAD] of one KV head at key positions kpos, through a block-table row."
+    phys = tl.load(bt_row_ptr + kpos // BLOCK_SIZE, mask=k_ok, other=0).to(tl.int64)   # physical block per key
+    kv_off = phys * stride_cb + (kpos % BLOCK_SIZE) * stride_cs
+    k = tl.load(cache_ptr + kv_off[None, :] + offs_d[:, None], mask=k_ok[None, :] & d_ok[:, None], other=0.0)
+    v = tl.load(cache_ptr + stride_ckv + kv_off[:, None] + offs_d[None, :], mask=k_ok[:, None] & d_ok[None, :], other=0.0)
+    if UPCAST:
+        k = k.to(tl.float32)
+        v = v.to(tl.float32)
+    return k, v
+
+# %% ../nbs/08_paged_attention.ipynb #916802f8
+@triton.jit
+def _online_softmax_step(q, k, v, M, L, acc, visible, scale, IEEE: tl.constexpr):
+    "Fold one KV tile into the running softmax state: scores q @ k * scale where visible, return new (M, L, acc)."
+    if IEEE: s = tl.dot(q, k, input_precision="ieee") * scale
+    else: s = tl.dot(q, k) * scale                        # [BLOCK_M, TILE], fp32
+    s = tl.where(visible, s, float("-inf"))
+    m_new = tl.maximum(M, tl.max(s, 1))
+    m_new = tl.where(m_new > float("-inf"), m_new, 0.0)   # fully masked so far: avoid -inf - -inf
+    p = tl.exp(s - m_new[:, None])
+    alpha = tl.exp(M - m_new)
+    L = L * alpha + tl.sum(p, 1)
+    if IEEE: acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
+    else: acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+    return m_new, L, acc
+
+# %% ../nbs/08_paged_attention.ipynb #b7a7c6a3
 @triton.jit
 def _unified_attention_kernel(
         q_ptr, cache_ptr, out_ptr, cu_q_ptr, seq_lens_ptr, bt_ptr, scale, num_seqs,
@@ -158,33 +188,20 @@ def _unified_attention_kernel(
     acc = tl.zeros([BLOCK_M, HEAD_PAD], tl.float32)
     num_keys = tl.minimum(seq_len, context_len + (q_block + 1) * BLOCK_Q)
     head_base = cache_ptr + kv_head * stride_ch
+    bt_row = bt_ptr + seq * stride_bt
     for j in range(0, tl.cdiv(num_keys, TILE)):
         kpos = j * TILE + tl.arange(0, TILE)
         k_ok = kpos < num_keys
-        phys = tl.load(bt_ptr + seq * stride_bt + kpos // BLOCK_SIZE, mask=k_ok, other=0).to(tl.int64)
-        kv_off = phys * stride_cb + (kpos % BLOCK_SIZE) * stride_cs
-        k = tl.load(head_base + kv_off[None, :] + offs_d[:, None], mask=k_ok[None, :] & d_ok[:, None], other=0.0)
-        v = tl.load(head_base + stride_ckv + kv_off[:, None] + offs_d[None, :], mask=k_ok[:, None] & d_ok[None, :], other=0.0)
-        if UPCAST:
-            k = k.to(tl.float32)
-            v = v.to(tl.float32)
-        if IEEE: s = tl.dot(q, k, input_precision="ieee") * scale
-        else: s = tl.dot(q, k) * scale                    # [BLOCK_M, TILE], fp32
-        s = tl.where(row_ok[:, None] & k_ok[None, :] & (kpos[None, :] <= qpos[:, None]), s, float("-inf"))
-        m_new = tl.maximum(M, tl.max(s, 1))
-        m_new = tl.where(m_new > float("-inf"), m_new, 0.0)   # fully masked so far: avoid -inf - -inf
-        p = tl.exp(s - m_new[:, None])
-        alpha = tl.exp(M - m_new)
-        L = L * alpha + tl.sum(p, 1)
-        if IEEE: acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
-        else: acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-        M = m_new
+        k, v = _load_kv_tile(head_base, bt_row, kpos, k_ok, offs_d, d_ok, stride_cb, stride_ckv, stride_cs,
+                             BLOCK_SIZE, UPCAST)
+        visible = row_ok[:, None] & k_ok[None, :] & (kpos[None, :] <= qpos[:, None])   # causal by absolute position
+        M, L, acc = _online_softmax_step(q, k, v, M, L, acc, visible, scale, IEEE)
     # 4. epilogue: normalise (fully masked rows give 0, not NaN) and store
     out = acc / tl.where(L > 0, L, 1.0)[:, None]
     tl.store(out_ptr + (q_start + tok)[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :],
              out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
 
-# %% ../nbs/08_paged_attention.ipynb #6031f2ab
+# %% ../nbs/08_paged_attention.ipynb #d5e2d865
 def unified_attention(query, kv_cache, md, scale, out=None, block_m=None, tile=32):
     "Triton paged attention for a packed batch mixing prefills, chunks, prefix hits and decodes."
     n, hq, d = query.shape
@@ -206,7 +223,7 @@ def unified_attention(query, kv_cache, md, scale, out=None, block_m=None, tile=3
         HEAD_PAD=triton.next_power_of_2(d), UPCAST=interp, IEEE=query.dtype == torch.float32)
     return out
 
-# %% ../nbs/08_paged_attention.ipynb #73adedc4
+# %% ../nbs/08_paged_attention.ipynb #4cebbcb2
 @triton.jit
 def _split_kv_decode_kernel(
         q_ptr, cache_ptr, cu_q_ptr, seq_lens_ptr, bt_ptr, scale, acc_ptr, m_ptr, l_ptr, num_heads,
@@ -232,27 +249,13 @@ def _split_kv_decode_kernel(
     num_tiles = tl.cdiv(seq_len, TILE)
     per_seg = tl.cdiv(num_tiles, NUM_SEGMENTS)
     head_base = cache_ptr + kv_head * stride_ch
-    for j in range(seg * per_seg, tl.minimum((seg + 1) * per_seg, num_tiles)):
+    bt_row = bt_ptr + seq * stride_bt
+    for j in range(seg * per_seg, tl.minimum((seg + 1) * per_seg, num_tiles)):   # this segment's tiles
         kpos = j * TILE + tl.arange(0, TILE)
         k_ok = kpos < seq_len
-        phys = tl.load(bt_ptr + seq * stride_bt + kpos // BLOCK_SIZE, mask=k_ok, other=0).to(tl.int64)
-        kv_off = phys * stride_cb + (kpos % BLOCK_SIZE) * stride_cs
-        k = tl.load(head_base + kv_off[None, :] + offs_d[:, None], mask=k_ok[None, :] & d_ok[:, None], other=0.0)
-        v = tl.load(head_base + stride_ckv + kv_off[:, None] + offs_d[None, :], mask=k_ok[:, None] & d_ok[None, :], other=0.0)
-        if UPCAST:
-            k = k.to(tl.float32)
-            v = v.to(tl.float32)
-        if IEEE: s = tl.dot(q, k, input_precision="ieee") * scale
-        else: s = tl.dot(q, k) * scale
-        s = tl.where(row_ok[:, None] & k_ok[None, :], s, float("-inf"))
-        m_new = tl.maximum(M, tl.max(s, 1))
-        m_new = tl.where(m_new > float("-inf"), m_new, 0.0)
-        p = tl.exp(s - m_new[:, None])
-        alpha = tl.exp(M - m_new)
-        L = L * alpha + tl.sum(p, 1)
-        if IEEE: acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
-        else: acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-        M = m_new
+        k, v = _load_kv_tile(head_base, bt_row, kpos, k_ok, offs_d, d_ok, stride_cb, stride_ckv, stride_cs,
+                             BLOCK_SIZE, UPCAST)
+        M, L, acc = _online_softmax_step(q, k, v, M, L, acc, row_ok[:, None] & k_ok[None, :], scale, IEEE)
     # unnormalised partial state of this segment -> scratch [num_seqs, num_heads, NUM_SEGMENTS(, HEAD_PAD)]
     part = (seq * num_heads + head) * NUM_SEGMENTS + seg
     tl.store(m_ptr + part, M, mask=row_ok)
@@ -276,7 +279,7 @@ def _reduce_segments_kernel(out_ptr, cu_q_ptr, acc_ptr, m_ptr, l_ptr, num_heads,
     out = acc / tl.where(total > 0, total, 1.0)
     tl.store(out_ptr + t * stride_ot + head * stride_oh + offs_d, out.to(out_ptr.dtype.element_ty), mask=offs_d < HEAD_DIM)
 
-# %% ../nbs/08_paged_attention.ipynb #c744f2e7
+# %% ../nbs/08_paged_attention.ipynb #29282494
 def split_kv_decode_attention(query, kv_cache, md, scale, out=None, num_segments=16, tile=32):
     "Triton paged attention for a decode-only batch, parallel over KV segments, then a reduce."
     n, hq, d = query.shape
@@ -297,14 +300,14 @@ def split_kv_decode_attention(query, kv_cache, md, scale, out=None, num_segments
                                             HEAD_DIM=d, HEAD_PAD=head_pad, NUM_SEGMENTS=num_segments)
     return out
 
-# %% ../nbs/08_paged_attention.ipynb #69eff8d7
+# %% ../nbs/08_paged_attention.ipynb #aa1ed583
 def triton_paged_attention(query, kv_cache, md, scale, out=None):
     "Triton paged attention: split-KV for small decode-only batches, the unified 2D kernel otherwise."
     if md.max_query_len <= 1 and md.seq_lens.shape[0] * kv_cache.shape[3] <= 128:
         return split_kv_decode_attention(query, kv_cache, md, scale, out)
     return unified_attention(query, kv_cache, md, scale, out)
 
-# %% ../nbs/08_paged_attention.ipynb #4dc2a675
+# %% ../nbs/08_paged_attention.ipynb #4c92be63
 def _buckets(q_lens, seq_lens, row_bytes, slack=2.0, budget=1 << 21):
     "Group request indices (sorted by query length): padding costs <= slack x real work, gathered K/V <= budget bytes."
     order = sorted((i for i in range(len(q_lens)) if q_lens[i] > 0), key=lambda i: (q_lens[i], seq_lens[i]))
@@ -318,7 +321,7 @@ def _buckets(q_lens, seq_lens, row_bytes, slack=2.0, budget=1 << 21):
     if cur: out.append(cur)
     return out
 
-# %% ../nbs/08_paged_attention.ipynb #6ef2b2bd
+# %% ../nbs/08_paged_attention.ipynb #4f7f52f2
 def _torch_plan(md, block_size, qpk, row_bytes, budget):
     "Per-bucket gather indices and masks for `torch_paged_attention`: built once per step, reused by every layer."
     ts = (md.query_start_loc, md.seq_lens, md.block_table)
@@ -347,10 +350,10 @@ def _torch_plan(md, block_size, qpk, row_bytes, budget):
     md.__dict__["_torch_plan"] = (key, ts, plan)
     return plan
 
-# %% ../nbs/08_paged_attention.ipynb #47bf1bb8
+# %% ../nbs/08_paged_attention.ipynb #41a456fe
 def torch_paged_attention(query, kv_cache, md, scale, out=None, budget=1 << 21):
     "Paged attention with batched torch SDPA calls over buckets of similar requests (the fast CPU path)."
-    n, hq, d = query.shape
+    _, hq, d = query.shape
     _, _, bs, hkv, _ = kv_cache.shape
     g = hq // hkv
     if out is None: out = torch.zeros_like(query)
@@ -367,7 +370,7 @@ def torch_paged_attention(query, kv_cache, md, scale, out=None, budget=1 << 21):
             out[out_rows] = o.view(hkv, B, mq, g, d).permute(1, 2, 0, 3, 4).reshape(B, mq, hq, d)[tok_ok].to(out.dtype)
     return out
 
-# %% ../nbs/08_paged_attention.ipynb #7161ae15
+# %% ../nbs/08_paged_attention.ipynb #e53e1ccf
 class TorchAttentionBackend:
     "Attention with plain torch ops: indexed writes and bucketed SDPA (the CPU path)."
     name = "torch"
@@ -384,7 +387,7 @@ class TritonAttentionBackend:
 
 ATTN_BACKENDS = {"torch": TorchAttentionBackend, "triton": TritonAttentionBackend}
 
-# %% ../nbs/08_paged_attention.ipynb #d102e408
+# %% ../nbs/08_paged_attention.ipynb #1aa7cc16
 def get_attn_backend(name="auto", device=None):
     "Backend by name: 'triton' (CUDA, or CPU under TRITON_INTERPRET=1), 'torch' (CPU path) or 'auto'."
     if device is None: device = "cuda" if torch.cuda.is_available() else "cpu"
