@@ -6,7 +6,7 @@ PY := $(BIN)/python
 STAMP := $(VENV)/.installed
 export PYTHONHASHSEED := 0
 
-.PHONY: install test sync-check readme readme-check nbtest pytest docs docs-check lab demo clean
+.PHONY: install test sync-check readme readme-check nbtest pytest docs docs-check lab demo serve clean
 
 install: $(STAMP)
 
@@ -52,6 +52,15 @@ docs: install
 ## docs-check: open pages in headless Chromium (skips when Chromium is missing; `apt-get install chromium`)
 docs-check: docs
 	$(PY) docs/browser_check.py
+
+## demo: answer a few questions with the embedded SmolLM2-135M-Instruct (converted into your cache on first use)
+demo: install
+	$(BIN)/minivllm generate "What is the capital of France?" "Write a haiku about the sea." \
+	  "Name three primary colours." --max-tokens 48
+
+## serve: OpenAI-compatible server on 127.0.0.1:8000 with the embedded model
+serve: install
+	$(BIN)/minivllm serve --port 8000
 
 lab: install
 	$(BIN)/jupyter lab --notebook-dir=nbs

@@ -6,7 +6,7 @@ __version__ = "0.1.0"
 # %% auto #0
 __all__ = []
 
-# %% ../nbs/99_api.ipynb #856c6645
+# %% ../nbs/99_api.ipynb #487f6fd8
 from .request import *
 from .outputs import *
 from .block_pool import *
@@ -18,3 +18,7 @@ from .sampler import *
 from .attention import *
 from .model import *
 from .model_runner import *
+from .engine import *
+from .timeline import *
+from .engine_core_proc import AsyncLLM, EngineCoreProc, EngineDeadError
+from .server import build_app, serve

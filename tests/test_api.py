@@ -12,9 +12,10 @@ SCHEDULER = ["SchedulerConfig", "CacheConfig", "Scheduler", "FCFSRequestQueue", 
              "create_request_queue"]
 WORKER = ["CachedRequestState", "BlockTable", "InputBatch", "prepare_inputs", "Sampler", "ModelRunner",
           "AttentionMetadata", "get_attn_backend", "load_model"]
+ENGINE = ["LLM", "EngineCore", "RequestOutput", "CompletionOutput", "TimelineRecorder", "AsyncLLM", "build_app"]
 
 
-@pytest.mark.parametrize("name", REQUESTS + OUTPUTS + KV_CACHE + SCHEDULER + WORKER)
+@pytest.mark.parametrize("name", REQUESTS + OUTPUTS + KV_CACHE + SCHEDULER + WORKER + ENGINE)
 def test_public_name_importable(name):
     assert getattr(minivllm, name) is not None
 

@@ -1,0 +1,132 @@
+"""Online serving benchmark on loopback: Poisson arrivals against `minivllm serve`'s API (not a test).
+
+Starts an `AsyncLLM` and the OpenAI-compatible server in this process (uvicorn in a thread, 127.0.0.1, a free
+port), then for each request rate sends `--num-prompts` streaming `/v1/completions` requests whose arrival
+gaps are exponential (a Poisson process), random token-id prompts of `--input-len` tokens, exactly
+`--output-len` output tokens each (`ignore_eos`). Metrics follow `vllm bench serve`:
+
+- TTFT: time from sending a request to its first streamed token;
+- TPOT: per request, (latency - TTFT) / (output tokens - 1) -- the first token excluded;
+- ITL: the gaps between consecutive streamed chunks, pooled over all requests;
+- output throughput: all output tokens / benchmark duration (first send to last finish).
+
+Prints mean / median / p90 / p99 per rate, writes bench/results/bench_serve.json and a figure of latency
+against load, bench/results/bench_serve.png.
+
+    nice python bench/bench_serve.py                       # embedded SmolLM2, rates 1 2 4 req/s
+    nice python bench/bench_serve.py --tiny --rates 8 32 128 --num-prompts 200
+"""
+import argparse, asyncio, json, random, tempfile, time
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+from minivllm.engine_core_proc import AsyncLLM
+from minivllm.model import make_tiny_model
+from minivllm.server import build_app, serve_in_thread
+
+RESULTS = Path(__file__).parent / "results"
+
+
+async def one_request(client, url, prompt, output_len) -> dict:
+    "Stream one completion; the send time and the arrival time of every chunk that carried tokens."
+    body = dict(prompt=prompt, max_tokens=output_len, temperature=0, ignore_eos=True, stream=True,
+                return_token_ids=True)
+    sent, times, num_tokens = time.perf_counter(), [], 0
+    async with client.stream("POST", f"{url}/v1/completions", json=body) as r:
+        r.raise_for_status()
+        async for line in r.aiter_lines():
+            if not line.startswith("data: {"): continue
+            choices = json.loads(line[6:])["choices"]
+            if choices and choices[0].get("token_ids"):
+                times.append(time.perf_counter()); num_tokens += len(choices[0]["token_ids"])
+    return dict(sent=sent, times=times, num_tokens=num_tokens)
+
+
+async def run_rate(url, prompts, output_len, rate, seed) -> tuple[list[dict], float]:
+    "Send every prompt at Poisson arrival times of `rate` requests/s; results and total duration."
+    rng = np.random.default_rng(seed)
+    async def delayed(client, delay, prompt):
+        await asyncio.sleep(delay)
+        return await one_request(client, url, prompt, output_len)
+    arrivals = np.cumsum(rng.exponential(1 / rate, len(prompts)))
+    start = time.perf_counter()
+    async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=len(prompts))) as client:
+        results = await asyncio.gather(*(delayed(client, t, p) for t, p in zip(arrivals, prompts)))
+    return results, time.perf_counter() - start
+
+
+def metrics(results, duration) -> dict:
+    "vllm bench serve's TTFT, TPOT, ITL (ms) summaries and output throughput."
+    ttft = [(r["times"][0] - r["sent"]) * 1e3 for r in results]
+    tpot = [(r["times"][-1] - r["times"][0]) * 1e3 / (r["num_tokens"] - 1) for r in results if r["num_tokens"] > 1]
+    itl = [d * 1e3 for r in results for d in np.diff(r["times"])]
+    def summary(x): return dict(mean=float(np.mean(x)), median=float(np.median(x)), p90=float(np.percentile(x, 90)),
+                                p99=float(np.percentile(x, 99)))
+    num_out = sum(r["num_tokens"] for r in results)
+    return dict(ttft_ms=summary(ttft), tpot_ms=summary(tpot), itl_ms=summary(itl), output_tokens=num_out,
+                duration_s=duration, output_throughput=num_out / duration, request_throughput=len(results) / duration)
+
+
+def plot(rows, title):
+    "Median and p99 of TTFT, TPOT and ITL against the request rate, and throughput."
+    import matplotlib; matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    rates = [r["rate"] for r in rows]
+    fig, axes = plt.subplots(1, 4, figsize=(15, 3.6))
+    for ax, key, name in zip(axes, ["ttft_ms", "tpot_ms", "itl_ms"], ["TTFT", "TPOT", "ITL"]):
+        for stat, style in [("median", "o-"), ("p99", "s--")]:
+            ax.plot(rates, [r[key][stat] for r in rows], style, label=stat)
+        ax.set_ylabel("ms"); ax.set_title(name); ax.legend(fontsize=8)
+    axes[3].plot(rates, [r["output_throughput"] for r in rows], "o-")
+    axes[3].set_title("output tokens/s")
+    for ax in axes:
+        ax.set_xscale("log"); ax.minorticks_off(); ax.set_xlabel("request rate (req/s)")
+        ax.set_xticks(rates); ax.set_xticklabels([f"{r:g}" for r in rates])
+    fig.suptitle(title, fontsize=10); fig.tight_layout()
+    return fig
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default=None, help="model folder (default: the embedded SmolLM2)")
+    parser.add_argument("--tiny", action="store_true", help="a tiny random Llama instead (fast, no tokenizer)")
+    parser.add_argument("--rates", type=float, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--num-prompts", type=int, default=24)
+    parser.add_argument("--input-len", type=int, default=64)
+    parser.add_argument("--output-len", type=int, default=32)
+    parser.add_argument("--num-gpu-blocks", type=int, default=512)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads of the engine process")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    model = make_tiny_model(Path(tempfile.mkdtemp()) / "tiny") if args.tiny else args.model
+    rows = []
+    with AsyncLLM(model, num_gpu_blocks=args.num_gpu_blocks, max_model_len=args.input_len + args.output_len + 16,
+                  num_threads=args.threads, seed=args.seed) as async_llm, \
+         serve_in_thread(build_app(async_llm)) as url:
+        rng = random.Random(args.seed)
+        vocab_size = async_llm.engine_info["vocab_size"]
+        make_prompts = lambda n: [[rng.randrange(100 if vocab_size > 1000 else 3, vocab_size)
+                                   for _ in range(args.input_len)] for _ in range(n)]
+        asyncio.run(run_rate(url, make_prompts(2), 4, 100.0, args.seed))     # warm-up
+        print(f"{async_llm.model_path.name}: {args.num_prompts} requests x {args.input_len} prompt tokens -> "
+              f"{args.output_len} output tokens, per request rate")
+        for rate in args.rates:
+            results, duration = asyncio.run(run_rate(url, make_prompts(args.num_prompts), args.output_len, rate,
+                                                     args.seed))
+            row = dict(rate=rate, **metrics(results, duration))
+            rows.append(row)
+            print(f"rate {rate:6.1f} req/s | out {row['output_throughput']:7.1f} tok/s | " + " | ".join(
+                f"{k[:-3].upper()} mean {row[k]['mean']:7.1f} med {row[k]['median']:7.1f} p99 {row[k]['p99']:7.1f} ms"
+                for k in ("ttft_ms", "tpot_ms", "itl_ms")))
+        name = async_llm.model_path.name
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "bench_serve.json").write_text(json.dumps(dict(args=vars(args), model=name, rows=rows), indent=1))
+    plot(rows, f"minivllm serve, {name}: {args.num_prompts} requests, {args.input_len} in / {args.output_len} out, "
+               "Poisson arrivals").savefig(RESULTS / "bench_serve.png", dpi=110)
+    print(f"wrote {RESULTS / 'bench_serve.json'} and bench_serve.png")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,219 @@
+"""End to end: `LLM.generate` gives transformers' greedy tokens under every scheduling setting, seeded sampling
+is reproducible, and bad input fails early with a ValueError."""
+import functools
+import random
+
+import pytest
+import torch
+
+from minivllm.engine import LLM
+from minivllm.model import default_model_path, make_tiny_model
+from minivllm.request import SamplingParams
+
+GREEDY = SamplingParams(temperature=0, max_tokens=24)
+ARCHS = ["LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"]
+
+
+@pytest.fixture(scope="module")
+def tiny_dirs(tmp_path_factory):
+    "One tiny random checkpoint per architecture."
+    root = tmp_path_factory.mktemp("tiny")
+    return {arch: make_tiny_model(root / arch, arch=arch, seed=i) for i, arch in enumerate(ARCHS)}
+
+
+def random_prompts(lengths, seed=0, vocab_size=256, prefix=()):
+    "Token-id prompts of the given lengths (ids >= 3 so they avoid bos/eos/pad), after a shared `prefix`."
+    rng = random.Random(seed)
+    return [list(prefix) + [rng.randrange(3, vocab_size) for _ in range(n)] for n in lengths]
+
+
+@functools.lru_cache(maxsize=None)
+def _hf_model(model_dir):
+    from transformers import AutoModelForCausalLM
+    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+
+
+@functools.lru_cache(maxsize=None)
+def _hf_greedy_one(model_dir, prompt, max_new_tokens):
+    hf, ids = _hf_model(model_dir), torch.tensor([prompt])
+    with torch.no_grad():
+        out = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens, do_sample=False,
+                          pad_token_id=hf.config.eos_token_id)
+    return out[0, len(prompt):].tolist()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _free_hf_models():
+    "Drop the cached transformers models when this file is done (they hold the SmolLM2 weights)."
+    yield
+    _hf_model.cache_clear(); _hf_greedy_one.cache_clear()
+
+
+def hf_greedy(model_dir, prompts, max_new_tokens):
+    "transformers' `generate(do_sample=False)` one prompt at a time (no padding), new tokens only."
+    return [_hf_greedy_one(str(model_dir), tuple(p), max_new_tokens) for p in prompts]
+
+
+def token_ids(outputs):
+    return [o.outputs[0].token_ids for o in outputs]
+
+
+def preemption_recorder(llm):
+    "Install a step observer that collects every preempted request id."
+    seen = set()
+    llm.engine_core.step_observers.append(lambda sched, so, out: seen.update(so.preempted_req_ids))
+    return seen
+
+
+# ---------------------------------------------------------------- equality with transformers
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_tiny_default_settings_equal_transformers(tiny_dirs, arch):
+    prompts = random_prompts([3, 17, 40, 64, 9], seed=1)
+    llm = LLM(tiny_dirs[arch])  # every default, KV cache sized from the CPU memory budget
+    assert token_ids(llm.generate(prompts, GREEDY, use_tqdm=False)) == hf_greedy(tiny_dirs[arch], prompts, 24)
+
+
+SETTINGS = {
+    # 6 usable blocks of 16 for ~18 blocks of demand: requests must be preempted and recomputed
+    "preemption": dict(num_gpu_blocks=7, max_model_len=96),
+    # 8 tokens per step: every prompt is chunked over several steps, decodes mixed in
+    "chunked": dict(max_num_batched_tokens=8, max_num_seqs=4),
+    "long_prefill_threshold": dict(long_prefill_token_threshold=5),
+    "no_prefix_caching": dict(enable_prefix_caching=False),
+    "priority_small_pool": dict(scheduling_policy="priority", num_gpu_blocks=7, max_model_len=96),
+}
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("setting", SETTINGS)
+def test_tiny_scheduler_settings_equal_transformers(tiny_dirs, setting, arch):
+    d = tiny_dirs[arch]
+    prompts = random_prompts([3, 17, 40, 64, 9], seed=2)
+    llm = LLM(d, **{"num_gpu_blocks": 64, **SETTINGS[setting]})
+    preempted, steps = preemption_recorder(llm), []
+    llm.engine_core.step_observers.append(lambda sched, so, out: steps.append(dict(so.num_scheduled_tokens)))
+    priority = [2, 0, 1, 0, 3] if "priority" in setting else None
+    outs = llm.generate(prompts, GREEDY, use_tqdm=False, priority=priority)
+    assert token_ids(outs) == hf_greedy(d, prompts, 24)
+    if "small_pool" in setting or setting == "preemption": assert preempted
+    if setting == "chunked": assert max(sum(s.values()) for s in steps) == 8
+    if setting == "long_prefill_threshold": assert max(max(s.values(), default=0) for s in steps) == 5
+    if priority:  # the two priority-0 requests start at once; the priority-3 one does not fit in the first step
+        assert {"1", "3"} <= set(steps[0]) and "4" not in steps[0]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("caching", [True, False])
+def test_shared_prefixes_and_cached_tokens(tiny_dirs, caching, arch):
+    d = tiny_dirs[arch]
+    prefix = random_prompts([40], seed=3)[0]
+    prompts = random_prompts([5, 12, 1], seed=4, prefix=prefix)
+    llm = LLM(d, num_gpu_blocks=64, enable_prefix_caching=caching)
+    first = llm.generate(prompts, GREEDY, use_tqdm=False)
+    again = llm.generate(prompts[:1], GREEDY, use_tqdm=False)[0]
+    assert token_ids(first) + [again.outputs[0].token_ids] == hf_greedy(d, prompts + prompts[:1], 24)
+    assert again.num_cached_tokens == (32 if caching else 0)  # the prompt's 2 full blocks of 16
+
+
+def test_triton_backend_equals_torch_backend(tiny_dirs):
+    d = tiny_dirs["LlamaForCausalLM"]
+    prompts, sp = random_prompts([5, 20], seed=5), SamplingParams(temperature=0, max_tokens=6)
+    triton_out = LLM(d, num_gpu_blocks=16, attention_backend="triton").generate(prompts, sp, use_tqdm=False)
+    assert token_ids(triton_out) == hf_greedy(d, prompts, 6)
+
+
+def test_smollm2_batch_equals_transformers():
+    path = default_model_path()
+    llm = LLM(num_gpu_blocks=64)
+    tok = llm.get_tokenizer()
+    texts = ["The capital of France is", "def fibonacci(n):", "Once upon a time, in a small village by the sea,",
+             "List three colours:"]
+    outs = llm.generate(texts, GREEDY, use_tqdm=False)
+    expected = hf_greedy(path, [tok.encode(t) for t in texts], 24)
+    assert token_ids(outs) == expected
+    assert [o.prompt for o in outs] == texts
+    assert all(o.outputs[0].text == tok.decode(e, skip_special_tokens=True) for o, e in zip(outs, expected))
+
+
+def test_smollm2_chat_answers():
+    out = LLM(num_gpu_blocks=64).chat([{"role": "user", "content": "What is the capital of France?"}],
+                                      SamplingParams(temperature=0, max_tokens=16), use_tqdm=False)[0]
+    assert "Paris" in out.outputs[0].text and out.prompt.startswith("<|im_start|>")
+
+
+# ---------------------------------------------------------------- seeded sampling
+
+def test_seeded_sampling_same_across_runs_and_batches(tiny_dirs):
+    d = tiny_dirs["Qwen2ForCausalLM"]
+    target, others = random_prompts([11], seed=6)[0], random_prompts([30, 4, 50], seed=7)
+    seeded = SamplingParams(temperature=1.0, top_p=0.9, seed=1234, max_tokens=20)
+    unseeded = SamplingParams(temperature=1.0, max_tokens=20)
+    alone = LLM(d, num_gpu_blocks=64).generate([target], seeded, use_tqdm=False)[0].outputs[0].token_ids
+    llm = LLM(d, num_gpu_blocks=64, max_num_batched_tokens=16, max_num_seqs=4)
+    batch = llm.generate([others[0], target, *others[1:]], [unseeded, seeded, unseeded, unseeded], use_tqdm=False)
+    assert batch[1].outputs[0].token_ids == alone
+    again = llm.generate([target, others[2]], [seeded, unseeded], use_tqdm=False)[0]
+    assert again.outputs[0].token_ids == alone
+
+
+def test_smollm2_seeded_sampling_same_text_in_any_batch():
+    llm = LLM(num_gpu_blocks=64)
+    seeded = SamplingParams(temperature=0.8, top_k=50, seed=7, max_tokens=16)
+    alone = llm.generate("Tell me a story about a cat.", seeded, use_tqdm=False)[0].outputs[0].text
+    batch = llm.generate(["Why is the sky blue?", "Tell me a story about a cat."],
+                         [SamplingParams(temperature=1.0, max_tokens=20), seeded], use_tqdm=False)
+    assert batch[1].outputs[0].text == alone
+
+
+# ---------------------------------------------------------------- bad input
+
+def test_bad_input_raises_before_any_work(tiny_dirs, tmp_path):
+    d = tiny_dirs["LlamaForCausalLM"]
+    llm = LLM(d, num_gpu_blocks=16, max_model_len=64)
+    with pytest.raises(ValueError, match="at least one prompt"): llm.generate([], use_tqdm=False)
+    with pytest.raises(ValueError, match="prompt 1 has 64 tokens"):
+        llm.generate(random_prompts([5, 64]), use_tqdm=False)
+    with pytest.raises(ValueError, match="has no tokenizer"): llm.generate("text", use_tqdm=False)
+    with pytest.raises(ValueError, match="2 values for 3 prompts"):
+        llm.generate(random_prompts([2, 2, 2]), [GREEDY, GREEDY], use_tqdm=False)
+    with pytest.raises(ValueError, match="scheduling_policy"): llm.generate(random_prompts([2]), priority=1)
+    assert not llm.engine_core.scheduler.has_unfinished_requests()  # nothing was added by the failed calls
+    with pytest.raises(ValueError, match="no config.json"): LLM(tmp_path)
+    (tmp_path / "config.json").write_text((d / "config.json").read_text())
+    with pytest.raises(ValueError, match="safetensors"): LLM(tmp_path)
+    with pytest.raises(ValueError, match="attention backend"): LLM(d, attention_backend="flash")
+
+
+def test_max_tokens_beyond_room_is_capped(tiny_dirs):
+    llm = LLM(tiny_dirs["LlamaForCausalLM"], num_gpu_blocks=16, max_model_len=64)
+    out = llm.generate(random_prompts([60]), SamplingParams(temperature=0, max_tokens=50, ignore_eos=True),
+                       use_tqdm=False)[0]
+    assert len(out.outputs[0].token_ids) == 4 and out.outputs[0].finish_reason == "length"
+
+
+def test_progress_bar_and_interrupted_loop(tiny_dirs, capsys):
+    llm = LLM(tiny_dirs["LlamaForCausalLM"], num_gpu_blocks=32)
+    prompts = random_prompts([4, 9, 30], seed=8)
+    llm.generate(prompts, GREEDY)
+    err = capsys.readouterr().err
+    assert "Processed prompts" in err and "est. speed input" in err
+
+    def interrupt(sched, so, out):
+        if len(sched.running) == 3: raise KeyboardInterrupt
+    llm.engine_core.step_observers.append(interrupt)
+    with pytest.raises(KeyboardInterrupt): llm.generate(prompts, GREEDY, use_tqdm=False)
+    llm.engine_core.step_observers.clear()
+    assert not llm.engine_core.scheduler.has_unfinished_requests() and not llm.output_processor.request_states
+    assert token_ids(llm.generate(prompts, GREEDY, use_tqdm=False)) == hf_greedy(tiny_dirs["LlamaForCausalLM"], prompts, 24)
+
+
+# ---------------------------------------------------------------- console command
+
+def test_cli_generate_and_bench(tiny_dirs, capsys):
+    from minivllm.cli import main
+    main(["generate", "What is the capital of France?", "--max-tokens", "12"])
+    assert "Paris" in capsys.readouterr().out
+    main(["bench", "--model", str(tiny_dirs["LlamaForCausalLM"]), "--num-prompts", "3", "--input-len", "8",
+          "--output-len", "4"])
+    assert "3 prompts x 8 tokens -> 12 output tokens" in capsys.readouterr().out

@@ -1,0 +1,196 @@
+"""EngineCoreProc + AsyncLLM streaming and the OpenAI-compatible server, on loopback only (chapters 15 and 16)."""
+import asyncio, json, time
+import httpx, openai, pytest, torch
+from minivllm.engine import LLM
+from minivllm.engine_core_proc import AsyncLLM, EngineDeadError
+from minivllm.model import make_tiny_model
+from minivllm.request import SamplingParams
+from minivllm.server import build_app, serve_in_thread
+
+torch.set_num_threads(1)
+EMBEDDED = dict(num_gpu_blocks=128, max_model_len=1024, seed=0)
+TINY = dict(num_gpu_blocks=320, max_model_len=1024, seed=0)
+GREEDY = SamplingParams(temperature=0, max_tokens=16)
+
+
+@pytest.fixture(scope="module")
+def embedded():
+    "The embedded SmolLM2 behind an AsyncLLM and a server; yields (async_llm, url)."
+    with AsyncLLM(num_threads=1, **EMBEDDED) as async_llm, serve_in_thread(build_app(async_llm)) as url:
+        yield async_llm, url
+
+
+@pytest.fixture(scope="module")
+def tiny_path(tmp_path_factory):
+    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "tiny")
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_path):
+    "A tiny random Llama (no tokenizer) behind an AsyncLLM and a server; yields (async_llm, url)."
+    with AsyncLLM(tiny_path, num_threads=1, **TINY) as async_llm, \
+         serve_in_thread(build_app(async_llm, "tiny")) as url:
+        yield async_llm, url
+
+
+async def collect(async_llm, prompt, sp, **kw):
+    "Stream one request; (token ids, text, number of deltas, last delta)."
+    deltas = [out async for out in async_llm.generate(prompt, sp, **kw)]
+    return ([t for d in deltas for t in d.outputs[0].token_ids], "".join(d.outputs[0].text for d in deltas),
+            len(deltas), deltas[-1])
+
+
+def test_stream_matches_llm_generate(embedded):
+    async_llm, _ = embedded
+    prompts = ["The capital of France is", "def fibonacci(n):"]
+    async def run(): return await asyncio.gather(*(collect(async_llm, p, GREEDY) for p in prompts))
+    streamed = asyncio.run(run())
+    expected = LLM(**EMBEDDED).generate(prompts, GREEDY, use_tqdm=False)
+    for (tokens, text, num_deltas, last), ref in zip(streamed, expected):
+        assert tokens == ref.outputs[0].token_ids and text == ref.outputs[0].text
+        assert num_deltas == len(tokens) and last.finished and last.outputs[0].finish_reason == ref.outputs[0].finish_reason
+
+
+def test_stream_matches_llm_tiny_seeded(tiny, tiny_path):
+    "Token-id prompts, greedy and seeded sampling, several requests streamed at once."
+    async_llm, _ = tiny
+    prompts = [[1 + i, 7, 9 + 2 * i, 11] * (i + 1) for i in range(6)]
+    params = [SamplingParams(temperature=0, max_tokens=10, ignore_eos=True),
+              SamplingParams(temperature=0.8, top_p=0.9, seed=3, max_tokens=10, ignore_eos=True)] * 3
+    async def run(): return await asyncio.gather(*(collect(async_llm, p, sp) for p, sp in zip(prompts, params)))
+    streamed = [s[0] for s in asyncio.run(run())]
+    expected = [o.outputs[0].token_ids for o in LLM(tiny_path, **TINY).generate(prompts, params, use_tqdm=False)]
+    assert streamed == expected
+
+
+def test_stop_strings_and_validation(embedded):
+    async_llm, _ = embedded
+    sp = SamplingParams(temperature=0, max_tokens=20)
+    _, full, _, _ = asyncio.run(collect(async_llm, "Count: 1, 2, 3,", sp))
+    stop = full[full.index(",") + 1:][:3]     # a string the model does produce
+    _, text, _, last = asyncio.run(collect(async_llm, "Count: 1, 2, 3,", sp, stop=[stop]))
+    assert text == full[:full.index(stop)] and (last.outputs[0].finish_reason, last.outputs[0].stop_reason) == ("stop", stop)
+    for prompt, message in [([1] * 1024, "max_model_len"), ([10**7], "vocabulary"), ([], "non-empty")]:
+        with pytest.raises(ValueError, match=message): asyncio.run(collect(async_llm, prompt, sp))
+
+
+def test_openai_client(embedded):
+    _, url = embedded
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="EMPTY", max_retries=0)
+    model = client.models.list().data[0].id
+    kw = dict(model=model, max_tokens=8, temperature=0)
+    c = client.completions.create(prompt="The capital of France is", **kw)
+    assert c.usage.completion_tokens == 8 and c.choices[0].finish_reason == "length" and c.choices[0].text
+    chunks = list(client.completions.create(prompt="The capital of France is", stream=True,
+                                            stream_options={"include_usage": True}, **kw))
+    assert "".join(ch.choices[0].text for ch in chunks if ch.choices) == c.choices[0].text
+    assert chunks[-1].usage.completion_tokens == 8 and chunks[-1].usage.prompt_tokens == c.usage.prompt_tokens
+    messages = [{"role": "user", "content": "What is the capital of France?"}]
+    chat = client.chat.completions.create(messages=messages, **kw)
+    assert chat.choices[0].message.role == "assistant" and chat.usage.completion_tokens == 8
+    chat_chunks = list(client.chat.completions.create(messages=messages, stream=True, **kw))
+    assert chat_chunks[0].choices[0].delta.role == "assistant"
+    assert "".join(ch.choices[0].delta.content or "" for ch in chat_chunks) == chat.choices[0].message.content
+    assert chat_chunks[-1].choices[0].finish_reason == chat.choices[0].finish_reason
+
+
+def test_64_concurrent_streams(tiny, tiny_path):
+    _, url = tiny
+    prompts = [[(5 * i + j) % 250 + 3 for j in range(4 + i % 9)] for i in range(64)]
+    max_tokens = [3 + i % 11 for i in range(64)]
+    async def one(client, prompt, n):
+        body = dict(prompt=prompt, max_tokens=n, temperature=0, ignore_eos=True, stream=True, return_token_ids=True,
+                    stream_options={"include_usage": True})
+        tokens, usage = [], None
+        async with client.stream("POST", f"{url}/v1/completions", json=body) as r:
+            assert r.status_code == 200
+            async for line in r.aiter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]": continue
+                chunk = json.loads(line[6:])
+                if chunk["choices"]: tokens += chunk["choices"][0]["token_ids"]
+                usage = chunk.get("usage") or usage
+        return tokens, usage
+    async def run():
+        async with httpx.AsyncClient(timeout=120, limits=httpx.Limits(max_connections=100)) as client:
+            return await asyncio.gather(*(one(client, p, n) for p, n in zip(prompts, max_tokens)))
+    start = time.perf_counter()
+    results = asyncio.run(run())
+    assert time.perf_counter() - start < 60
+    assert [len(t) for t, _ in results] == max_tokens
+    assert [u["completion_tokens"] for _, u in results] == max_tokens
+    assert [u["prompt_tokens"] for _, u in results] == [len(p) for p in prompts]
+    expected = LLM(tiny_path, **TINY).generate(prompts, [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True)
+                                                         for n in max_tokens], use_tqdm=False)
+    assert [t for t, _ in results] == [o.outputs[0].token_ids for o in expected]
+
+
+def wait_until_idle(url, timeout=10.0) -> dict:
+    "Poll /stats until nothing runs or waits."
+    deadline = time.monotonic() + timeout
+    while True:
+        stats = httpx.get(f"{url}/stats").json()
+        if stats["num_running_reqs"] + stats["num_waiting_reqs"] == 0 or time.monotonic() > deadline: return stats
+        time.sleep(0.05)
+
+
+def test_disconnect_frees_kv_blocks(tiny):
+    _, url = tiny
+    before = wait_until_idle(url)
+    body = dict(prompt=list(range(3, 60)), max_tokens=900, ignore_eos=True, temperature=0)
+    with httpx.stream("POST", f"{url}/v1/completions", json=body | {"stream": True}) as r:
+        chunks = r.iter_lines()      # (dropping this iterator would close the connection)
+        lines = [next(chunks) for _ in range(8)]
+        busy = httpx.get(f"{url}/stats").json()
+    assert any(line.startswith("data: {") for line in lines)
+    assert busy["num_running_reqs"] == 1 and busy["num_free_blocks"] < before["num_free_blocks"]
+    after = wait_until_idle(url)
+    assert after["num_free_blocks"] == after["num_gpu_blocks"] - 1 and after["num_requests_in_flight"] == 0
+    assert after["step_counter"] - before["step_counter"] < 600     # aborted long before its 900 tokens
+    with pytest.raises(httpx.ReadTimeout):                           # non-streaming: the client gives up
+        httpx.post(f"{url}/v1/completions", json=body, timeout=0.5)
+    after = wait_until_idle(url)
+    assert after["num_free_blocks"] == after["num_gpu_blocks"] - 1 and after["num_requests_in_flight"] == 0
+
+
+def check_400(r, contains):
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["type"] == "BadRequestError" and error["code"] == 400 and contains in error["message"], error
+
+
+def test_bad_requests_get_openai_400(tiny):
+    _, url = tiny
+    post = lambda path, **kw: httpx.post(f"{url}/v1/{path}", **kw)
+    check_400(post("completions", content=b'{"prompt": [1, 2', headers={"content-type": "application/json"}),
+              "malformed JSON")
+    check_400(post("chat/completions", content=b"not json", headers={"content-type": "application/json"}),
+              "malformed JSON")
+    check_400(post("completions", json={"model": "gpt-4", "prompt": [1, 2]}), "does not exist")
+    check_400(post("completions", json={"prompt": [5] * 1100}), "max_model_len")
+    check_400(post("completions", json={"prompt": [5] * 1000, "max_tokens": 100}), "maximum context length")
+    check_400(post("completions", json={"prompt": "text needs a tokenizer"}), "no tokenizer")
+    check_400(post("chat/completions", json={"messages": [{"role": "user", "content": "hi"}]}), "chat template")
+    for bad, field in [({"temperature": -1}, "temperature"), ({"top_p": 1.5}, "top_p"), ({"max_tokens": 0}, "max_tokens"),
+                       ({"max_tokens": "many"}, "max_tokens"), ({"n": 2}, "n=1"), ({"prompt": [10**6]}, "vocabulary"),
+                       ({"stream": True, "top_p": 0}, "top_p")]:
+        check_400(post("completions", json={"prompt": [1, 2, 3]} | bad), field)
+    check_400(post("completions", json={"max_tokens": 3}), "prompt")
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="EMPTY", max_retries=0)
+    with pytest.raises(openai.BadRequestError, match="does not exist"):
+        client.completions.create(model="gpt-4", prompt=[1, 2, 3])
+    assert httpx.get(f"{url}/health").status_code == 200
+    assert httpx.get(f"{url}/v1/models").json()["data"][0]["id"] == "tiny"
+
+
+def test_engine_failures_reach_the_client(tiny_path):
+    with pytest.raises(EngineDeadError, match="num_gpu_blocks"):      # fails while starting
+        AsyncLLM(tiny_path, num_threads=1, num_gpu_blocks=2, max_model_len=256)
+    with AsyncLLM(tiny_path, transport="tcp", num_threads=1, num_gpu_blocks=32, max_model_len=256) as async_llm:
+        async def killed_mid_stream():
+            agen = async_llm.generate([1, 2, 3], SamplingParams(max_tokens=200, ignore_eos=True))
+            await anext(agen)
+            async_llm.proc.kill()
+            async for _ in agen: pass
+        with pytest.raises(EngineDeadError, match="exited"): asyncio.run(killed_mid_stream())
+        with serve_in_thread(build_app(async_llm)) as url:
+            assert httpx.get(f"{url}/health").status_code == 503

@@ -1,0 +1,203 @@
+"The timeline recorder watches without changing decisions, its records are consistent, and every figure draws."
+import matplotlib
+matplotlib.use("Agg")
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+from matplotlib.figure import Figure
+
+from minivllm.request import Request, SamplingParams
+from minivllm.scheduler import Scheduler, SchedulerConfig, CacheConfig
+from minivllm.engine import EngineCore
+from minivllm.sched_tools import FakeWorker, step_log, scheduled_entries, e12_workload
+from minivllm.timeline import (TimelineRecorder, run_with_recorder, record_workload, attach_timeline, plot_timeline,
+                               plot_kv_cache, plot_pool_at, plot_block_table, step_batch_inputs, plot_prepare_inputs)
+
+
+@st.composite
+def workloads(draw):
+    "A small random workload: config, and request specs (id, prompt, max_tokens, arrival step, priority)."
+    bs = draw(st.sampled_from([2, 4]))
+    num_blocks = draw(st.integers(6, 24))
+    max_model_len = (num_blocks - 1) * bs
+    chunked = draw(st.booleans())
+    budget = draw(st.integers(max_model_len if not chunked else 2, max_model_len + 16))
+    cfg = dict(budget=budget, bs=bs, num_blocks=num_blocks, max_model_len=max_model_len, chunked=chunked,
+               threshold=draw(st.sampled_from([0, 0, 3, 7])), policy=draw(st.sampled_from(["fcfs", "priority"])),
+               caching=draw(st.booleans()), max_num_seqs=draw(st.integers(1, 6)))
+    prefixes = [list(range(1000 * k, 1000 * k + 16)) for k in range(3)]
+    reqs = []
+    for i in range(draw(st.integers(1, 6))):
+        n = draw(st.integers(1, max_model_len - 1))
+        shared = draw(st.integers(0, min(n, 16)))
+        prompt = prefixes[draw(st.integers(0, 2))][:shared] + list(range(10_000 * (i + 1), 10_000 * (i + 1) + n - shared))
+        reqs.append(dict(id=f"r{i}", prompt=prompt, max_tokens=draw(st.integers(1, 6)),
+                         arrival=draw(st.integers(0, 4)), priority=draw(st.integers(0, 2))))
+    return cfg, reqs
+
+
+def build(cfg, reqs):
+    "A fresh scheduler and arrivals (requests are mutable, so every run builds its own)."
+    s = Scheduler(SchedulerConfig(cfg["budget"], cfg["max_num_seqs"], cfg["max_model_len"], cfg["chunked"],
+                                  cfg["threshold"], cfg["policy"]),
+                  CacheConfig(cfg["bs"], cfg["num_blocks"], cfg["caching"]))
+    arrivals = {}
+    for i, r in enumerate(reqs):
+        sp = SamplingParams(temperature=0.0, max_tokens=r["max_tokens"], ignore_eos=True)
+        arrivals.setdefault(r["arrival"], []).append(
+            Request(r["id"], r["prompt"], sp, arrival_time=float(r["arrival"] * 100 + i), priority=r["priority"]))
+    return s, arrivals
+
+
+def decisions(so):
+    "What a step decided, comparable across runs."
+    return (dict(so.num_scheduled_tokens), sorted(so.preempted_req_ids), sorted(so.finished_req_ids),
+            [(e.req_id, e.kind, e.num_computed_tokens, e.new_block_ids) for e in scheduled_entries(so)])
+
+
+def live_run(cfg, reqs, max_steps=500):
+    "The same loop as `run_with_recorder`, without a recorder: per step, decisions and what E12 reads live."
+    s, arrivals = build(cfg, reqs)
+    w, out = FakeWorker(), []
+    for step in range(max_steps):
+        for r in arrivals.pop(step, []): s.add_request(r)
+        if not s.has_requests():
+            if not arrivals: return out
+            continue
+        so = s.schedule()
+        live = dict(step=step, log=step_log(s, so, step), usage=s.kv_cache_manager.usage,
+                    waiting=len(s.waiting), running=len(s.running), decisions=decisions(so))
+        s.update_from_output(so, w.execute_model(so))
+        out.append(live)
+    raise RuntimeError("did not finish")
+
+
+class DecisionTap:
+    "A step observer that only notes each step's decisions (to compare runs)."
+    def __init__(self): self.steps = []
+    def __call__(self, scheduler, so, eco): self.steps.append(decisions(so))
+
+
+@settings(max_examples=200, deadline=None)
+@given(workloads())
+def test_recorder_does_not_change_decisions_and_matches_live_state(wl):
+    cfg, reqs = wl
+    live = live_run(cfg, reqs)
+    s, arrivals = build(cfg, reqs)
+    rec = TimelineRecorder(snapshot_pool=True)
+    run_with_recorder(s, FakeWorker(), rec, arrivals, check=True)
+    assert len(rec) == len(live)
+    for r, l in zip(rec, live):
+        assert r.step == l["step"]
+        assert r.e12() == l["log"]                      # the E12 view equals chapter 05's live step log
+        assert r.kv_usage == l["usage"] and (r.num_waiting, r.num_running) == (l["waiting"], l["running"])
+        assert r.grants == l["decisions"][0] and r.preempted_req_ids == l["decisions"][1]
+
+
+@settings(max_examples=100, deadline=None)
+@given(workloads())
+def test_engine_core_with_and_without_recorder(wl):
+    cfg, reqs = wl
+    traces = []
+    for with_recorder in (False, True):
+        s, arrivals = build(cfg, reqs)
+        tap = DecisionTap()
+        core = EngineCore(s, FakeWorker(), [tap])
+        if with_recorder: rec = attach_timeline(core)
+        for step in range(500):
+            for r in arrivals.pop(step, []): core.add_request(r)
+            if not s.has_requests() and not arrivals: break
+            core.step()
+        traces.append(tap.steps)
+    assert traces[0] == traces[1]
+    assert len(rec) == len(traces[1])
+
+
+@settings(max_examples=150, deadline=None)
+@given(workloads())
+def test_records_are_consistent(wl):
+    cfg, reqs = wl
+    s, arrivals = build(cfg, reqs)
+    rec = run_with_recorder(s, arrivals=arrivals)
+    usable = cfg["num_blocks"] - 1
+    sampled = {}
+    for r in rec:
+        assert sum(r.grants.values()) == r.total_scheduled <= r.token_budget == cfg["budget"]
+        assert len(set(q.req_id for q in r.requests)) == len(r.requests)
+        assert 0 <= r.num_cached_free_blocks <= r.num_free_blocks <= usable
+        assert abs(r.kv_usage_after - (1 - r.num_free_blocks / usable)) < 1e-12
+        for q in r.scheduled:
+            assert q.num_computed_after == q.num_computed_before + q.grant <= q.num_tokens
+            assert q.debt == q.num_tokens - q.num_computed_before and q.grant <= q.debt
+            assert len(q.input_token_ids) == q.grant
+            assert len(q.block_ids) * cfg["bs"] >= q.num_computed_after
+            assert (q.new_token_ids == []) == q.is_prefill_chunk
+            if q.kind != "running": assert q.prefix_hit_tokens == q.num_computed_before
+            sampled.setdefault(q.req_id, []).extend(q.new_token_ids)
+            assert q.phase in ("prefill", "decode", "resumed")
+        for q in r.requests:
+            if q.grant == 0: assert q.phase in ("waiting", "preempted", "running")
+        if r.preempted_req_ids: assert all(q.kind == "running" for q in r.scheduled)
+    finished = {rid: reason for r in rec for rid, reason in r.finished.items()}
+    assert set(finished) == {q["id"] for q in reqs}
+    for q in reqs: assert len(sampled[q["id"]]) == min(q["max_tokens"], cfg["max_model_len"] - len(q["prompt"]))
+
+
+def test_e12_step_12_line_for_line():
+    rec = record_workload(e12_workload())
+    assert rec[12].e12() == ("step=12 token_budget=4096 scheduled=1538\n"
+                             "req=A state=RUNNING debt=1 grant=1 new_blocks=0\n"
+                             "req=B state=RUNNING debt=2048 grant=1537 new_blocks=97\n"
+                             "waiting=3 running=2 preempted=0 kv_usage=0.71")
+
+
+@pytest.fixture(scope="module")
+def small_run():
+    s = Scheduler(SchedulerConfig(16, 8, 48), CacheConfig(4, 13))
+    arrivals = {0: [Request(f"R{i}", list(range(100 * i, 100 * i + 10)), SamplingParams(max_tokens=12, ignore_eos=True))
+                    for i in range(4)]}
+    return run_with_recorder(s, recorder=TimelineRecorder(snapshot_pool=True), arrivals=arrivals, check=True)
+
+
+def test_figures_draw(small_run):
+    rec = small_run
+    assert any(r.preempted_req_ids for r in rec) and sum(r.num_evicted_blocks for r in rec) > 0
+    ids, bi = step_batch_inputs(rec, 1)
+    figs = [plot_timeline(rec), plot_kv_cache(rec), plot_pool_at(rec, [0, 1]), plot_block_table(rec, "R1", 1),
+            plot_prepare_inputs(bi, ids, recorder=rec)]
+    for f in figs:
+        assert isinstance(f, Figure)
+        assert "block_size 4" in " ".join(t.get_text() for t in f.texts)     # the settings caption
+    np.testing.assert_array_equal(bi.positions[:1], [rec[1]["R0"].num_computed_before])
+
+
+def test_pool_snapshots_needed():
+    rec = run_with_recorder(Scheduler(SchedulerConfig(8, 4, 16), CacheConfig(4, 5)),
+                            arrivals={0: [Request("a", [1, 2, 3], SamplingParams(max_tokens=2))]})
+    with pytest.raises(ValueError): plot_pool_at(rec, 0)
+
+
+def test_max_records_and_clear():
+    s = Scheduler(SchedulerConfig(8, 4, 40), CacheConfig(4, 11))
+    rec = run_with_recorder(s, recorder=TimelineRecorder(max_records=3),
+                            arrivals={0: [Request("a", [1, 2, 3], SamplingParams(max_tokens=12, ignore_eos=True))]})
+    assert 3 <= len(rec) < 6 and rec[-1].step == rec.next_step - 1 and rec[-2].finished == {"a": "length"}
+    rec.clear()
+    assert len(rec) == 0 and rec.next_step == 13
+
+
+class FakeLLM:
+    "What `attach_timeline` needs from an `LLM`: an engine core, a device and a model path."
+    def __init__(self, scheduler):
+        from pathlib import Path
+        self.engine_core, self.device, self.model_path = EngineCore(scheduler, FakeWorker()), "cpu", Path("/m/Tiny")
+
+
+def test_attach_timeline_to_llm_like():
+    llm = FakeLLM(Scheduler(SchedulerConfig(8, 4, 40), CacheConfig(4, 11)))
+    rec = attach_timeline(llm)
+    assert llm.timeline is rec and attach_timeline(llm) is rec and llm.engine_core.step_observers == [rec]
+    llm.engine_core.add_request(Request("a", [1, 2, 3, 4, 5], SamplingParams(max_tokens=2, ignore_eos=True)))
+    while llm.engine_core.scheduler.has_requests(): llm.engine_core.step()
+    assert [r.grants for r in rec] == [{"a": 5}, {"a": 1}, {}]
+    assert rec.settings_label().startswith("cpu, Tiny | budget 8")
