@@ -37,6 +37,7 @@ def validation_message(exc: RequestValidationError) -> str:
 
 # %% ../nbs/16_server.ipynb #8427c040
 class StreamOptions(BaseModel):
+    "`stream_options` of a streamed request (`include_usage` adds a final usage chunk)."
     include_usage: bool = False
 
 class SamplingFields(BaseModel):
@@ -58,13 +59,16 @@ class SamplingFields(BaseModel):
     return_token_ids: bool = False
 
 class CompletionRequest(SamplingFields):
+    "Body of `POST /v1/completions`: a text or token-id prompt."
     prompt: str | list[int] | list[str] | list[list[int]]
 
 class ChatMessage(BaseModel):
+    "One chat message: a role and its content."
     role: str
     content: str | list[dict] | None = None
 
 class ChatCompletionRequest(SamplingFields):
+    "Body of `POST /v1/chat/completions`: the conversation so far."
     messages: list[ChatMessage]
     max_completion_tokens: int | None = None
 
