@@ -114,6 +114,7 @@ class SamplerOutput:
 class Sampler(nn.Module):
     "Sample one token per row of logits under per-row sampling parameters (vLLM `Sampler`)."
     def forward(self, logits: torch.Tensor, md: SamplingMetadata) -> SamplerOutput:
+        "Sample one token per row; logprobs, when asked for, come from the raw logits."
         logits = logits.to(torch.float32)
         raw_logprobs = logits.log_softmax(dim=-1) if md.logprobs else None
         logits = apply_min_tokens(logits.clone(), md.min_tokens)

@@ -23,17 +23,18 @@ VOCAB, EOS, MAX_MODEL_LEN = 64, 0, 32
 
 
 @st.composite
-def workloads(draw):
+def workloads(draw, extra_blocks=(0, 1, 2, 4, 12), min_seqs=1, min_reqs=1, min_shared=0):
+    "A scheduler config and up to 8 requests (shared prompt prefixes, arrivals, aborts, seeds, `min_tokens`)."
     block_size = draw(st.sampled_from([2, 4]))
     cfg = dict(block_size=block_size,
-               num_gpu_blocks=MAX_MODEL_LEN // block_size + 1 + draw(st.sampled_from([0, 1, 2, 4, 12])),
+               num_gpu_blocks=MAX_MODEL_LEN // block_size + 1 + draw(st.sampled_from(extra_blocks)),
                budget=draw(st.sampled_from([3, 5, 8, 16, 64])),
-               max_num_seqs=draw(st.integers(1, 6)),
+               max_num_seqs=draw(st.integers(min_seqs, 6)),
                prefix_caching=draw(st.booleans()))
     shared = draw(st.lists(st.integers(1, VOCAB - 1), min_size=12, max_size=12))
     reqs = []
-    for i in range(draw(st.integers(1, 8))):
-        prompt = shared[:draw(st.integers(0, 12))] + draw(st.lists(st.integers(1, VOCAB - 1), max_size=10))
+    for i in range(draw(st.integers(min_reqs, 8))):
+        prompt = shared[:draw(st.integers(min_shared, 12))] + draw(st.lists(st.integers(1, VOCAB - 1), max_size=10))
         prompt = prompt or [1]
         max_tokens = draw(st.integers(1, min(10, MAX_MODEL_LEN - len(prompt) - 1)))
         sp = SamplingParams(temperature=draw(st.sampled_from([0.0, 0.0, 0.8])), top_k=draw(st.sampled_from([0, 5])),
@@ -116,8 +117,22 @@ def test_worker_matches_scheduler(workload):
     for r in reqs:
         out = list(objs[r["id"]].output_token_ids)
         if r["sp"].min_tokens:
-            assert EOS not in out[:r["sp"].min_tokens - 1]
+            assert EOS not in out[:r["sp"].min_tokens]   # masked while below min_tokens
         elif r["sp"].temperature == 0:
+            assert out == model.greedy_reference(r["prompt"], len(out))
+
+
+@settings(max_examples=40, deadline=None)
+@given(workloads(extra_blocks=(0, 1, 2), min_seqs=3, min_reqs=4, min_shared=8))
+def test_worker_matches_scheduler_under_memory_pressure(workload):
+    """Same checks with a tight pool, several requests at once and long shared prefixes: most examples preempt
+    and hit the prefix cache (the general workloads above do so only now and then)."""
+    cfg, reqs = workload
+    objs = run(cfg, reqs)
+    model = HistoryModel(VOCAB)
+    for r in reqs:
+        if r["sp"].temperature == 0 and not r["sp"].min_tokens:
+            out = list(objs[r["id"]].output_token_ids)
             assert out == model.greedy_reference(r["prompt"], len(out))
 
 
@@ -135,9 +150,23 @@ def test_seeded_outputs_independent_of_batching(workload, budget):
 
 
 def test_preemption_happens_in_these_workloads():
-    "Sanity check that the generator reaches the paths it is meant to test."
+    "Sanity check: a workload of the kind `workloads()` draws (tight pool, shared prompt) does reach preemption."
     cfg = dict(block_size=2, num_gpu_blocks=17, budget=8, max_num_seqs=4, prefix_caching=True)
     reqs = [dict(id=f"r{i}", prompt=list(range(1, 13)), sp=SamplingParams(temperature=0, max_tokens=10),
                  arrival=0, abort=None) for i in range(4)]
     objs = run(cfg, reqs)
     assert sum(o.num_preemptions for o in objs.values()) > 0
+
+
+def test_min_tokens_masks_eos_through_the_runner():
+    "A prompt whose greedy next token is EOS: with `min_tokens` the first tokens avoid EOS, without it it stops at once."
+    model = HistoryModel(VOCAB)
+    prompt = next([a, b] for a in range(1, VOCAB) for b in range(1, VOCAB) if model.greedy_reference([a, b], 1) == [EOS])
+    cfg = dict(block_size=4, num_gpu_blocks=16, budget=16, max_num_seqs=2, prefix_caching=False)
+    reqs = [dict(id="plain", prompt=prompt, sp=SamplingParams(temperature=0, max_tokens=5), arrival=0, abort=None),
+            dict(id="min3", prompt=prompt, sp=SamplingParams(temperature=0, max_tokens=5, min_tokens=3),
+                 arrival=0, abort=None)]
+    objs = run(cfg, reqs)
+    assert list(objs["plain"].output_token_ids) == [EOS]
+    out = list(objs["min3"].output_token_ids)
+    assert len(out) >= 3 and EOS not in out[:3]
