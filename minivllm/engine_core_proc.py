@@ -190,9 +190,7 @@ def make_engine_core(num_threads: int | None = None, record_timeline: bool = Fal
     "Build the `EngineCore` that `LLM(**llm_kwargs)` builds; returns it with the front end's handshake info."
     if num_threads: torch.set_num_threads(num_threads)
     llm = LLM(**llm_kwargs)
-    if record_timeline:
-        from minivllm.timeline import attach_timeline
-        attach_timeline(llm)
+    if not record_timeline: llm.engine_core.step_observers.remove(llm.timeline)  # a server need not keep records
     info = dict(max_model_len=llm.max_model_len, vocab_size=llm.model.config.vocab_size,
                 eos_token_id=llm.eos_token_id, num_gpu_blocks=llm.cache_config.num_gpu_blocks,
                 block_size=llm.block_size, model=str(llm.model_path))
@@ -242,7 +240,9 @@ def get_next_output_text(self: IncrementalDetokenizer, finished: bool) -> str:
 class RequestOutputCollector:
     "The queue one request's stream reads from; an exception put here is raised by `get` (vLLM's name)."
     def __init__(self): self.queue: asyncio.Queue = asyncio.Queue()
-    def put(self, item: RequestOutput | Exception) -> None: self.queue.put_nowait(item)
+    def put(self, item: RequestOutput | Exception) -> None:
+        "Queue the next delta, or the error that ends the stream."
+        self.queue.put_nowait(item)
 
     async def get(self) -> RequestOutput:
         "The next delta (waits), or raise the error that ended the stream."
@@ -290,7 +290,9 @@ class AsyncLLM:
         atexit.register(self.shutdown)
 
     @property
-    def max_model_len(self) -> int: return self.engine_info["max_model_len"]
+    def max_model_len(self) -> int:
+        "The engine's `max_model_len` (from the handshake)."
+        return self.engine_info["max_model_len"]
 
     def get_tokenizer(self):
         "The Hugging Face tokenizer (`None` for a folder without one)."

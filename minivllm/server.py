@@ -84,9 +84,8 @@ def to_sampling_params(body: SamplingFields, num_prompt_tokens: int, max_model_l
                        default_max_tokens: int | None) -> SamplingParams:
     "The request's `SamplingParams`; `ValueError` if a value is invalid or prompt + max_tokens does not fit."
     max_tokens = body.max_tokens if body.max_tokens is not None else default_max_tokens
-    room = max_model_len - num_prompt_tokens
-    if max_tokens is None: max_tokens = room
-    if max_tokens is not None and num_prompt_tokens + max_tokens > max_model_len:
+    if max_tokens is None: max_tokens = max_model_len - num_prompt_tokens   # all the room that is left
+    if num_prompt_tokens + max_tokens > max_model_len:
         raise ValueError(f"This model's maximum context length is {max_model_len} tokens. However, you requested "
                          f"{num_prompt_tokens + max_tokens} tokens ({num_prompt_tokens} in the prompt, {max_tokens} "
                          "in the completion). Please reduce the length of the prompt or the completion.")
@@ -197,16 +196,19 @@ async def respond(raw_request: HTTPRequest, g: Generation):
 router = APIRouter()
 
 def _state(raw_request: HTTPRequest) -> tuple[AsyncLLM, str]:
+    "The engine client and the served model name, from `app.state`."
     return raw_request.app.state.async_llm, raw_request.app.state.model_name
 
 @router.get("/health")
 async def health(raw_request: HTTPRequest):
+    "200 while the engine process lives, 503 once it died."
     async_llm, _ = _state(raw_request)
     if async_llm.errored is not None: return error_response("the engine process died", 503, "ServiceUnavailableError")
     return {}
 
 @router.get("/v1/models")
 async def show_available_models(raw_request: HTTPRequest):
+    "The one model served, in OpenAI's list shape (vLLM's handler name)."
     async_llm, model_name = _state(raw_request)
     return {"object": "list", "data": [{"id": model_name, "object": "model", "created": int(time.time()),
                                         "owned_by": "minivllm", "root": str(async_llm.model_path),
@@ -214,12 +216,14 @@ async def show_available_models(raw_request: HTTPRequest):
 
 @router.get("/stats")
 async def stats(raw_request: HTTPRequest):
+    "The engine's queue lengths and KV blocks, plus the requests this front end has in flight."
     async_llm, _ = _state(raw_request)
     return await async_llm.get_stats() | {"num_requests_in_flight": len(async_llm.request_states)}
 
 # %% ../nbs/16_server.ipynb #2ffe510a
 @router.post("/v1/completions")
 async def create_completion(body: CompletionRequest, raw_request: HTTPRequest):
+    "`POST /v1/completions`: one prompt (text or token ids) -> a completion, whole or streamed."
     async_llm, model_name = _state(raw_request)
     check_request(body, model_name)
     prompt_token_ids = async_llm.tokenize_prompt(completion_prompt(body.prompt))
@@ -228,6 +232,7 @@ async def create_completion(body: CompletionRequest, raw_request: HTTPRequest):
 
 @router.post("/v1/chat/completions")
 async def create_chat_completion(body: ChatCompletionRequest, raw_request: HTTPRequest):
+    "`POST /v1/chat/completions`: messages through the chat template -> the assistant's reply, whole or streamed."
     async_llm, model_name = _state(raw_request)
     check_request(body, model_name)
     prompt_token_ids = async_llm.tokenize_prompt(chat_prompt(async_llm.get_tokenizer(), body.messages))

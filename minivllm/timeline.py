@@ -96,6 +96,7 @@ class StepRecord:
         return {r.req_id: r.finish_reason for r in self.requests if r.finish_reason}
 
     def __getitem__(self, req_id: str) -> RequestStep:
+        "The `RequestStep` of `req_id` in this step."
         return next(r for r in self.requests if r.req_id == req_id)
 
 # %% ../nbs/12_timeline.ipynb #e13d80de

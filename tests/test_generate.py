@@ -113,7 +113,8 @@ def test_shared_prefixes_and_cached_tokens(tiny_dirs, caching, arch):
     first = llm.generate(prompts, GREEDY, use_tqdm=False)
     again = llm.generate(prompts[:1], GREEDY, use_tqdm=False)[0]
     assert token_ids(first) + [again.outputs[0].token_ids] == hf_greedy(d, prompts + prompts[:1], 24)
-    assert again.num_cached_tokens == (32 if caching else 0)  # the prompt's 2 full blocks of 16
+    full_blocks = len(prompts[0]) // llm.block_size * llm.block_size   # 45 tokens: 2 full blocks of 16
+    assert full_blocks == 32 and again.num_cached_tokens == (full_blocks if caching else 0)
 
 
 def test_triton_backend_equals_torch_backend(tiny_dirs):
@@ -140,6 +141,27 @@ def test_smollm2_chat_answers():
     out = LLM(num_gpu_blocks=64).chat([{"role": "user", "content": "What is the capital of France?"}],
                                       SamplingParams(temperature=0, max_tokens=16), use_tqdm=False)[0]
     assert "Paris" in out.outputs[0].text and out.prompt.startswith("<|im_start|>")
+
+
+def test_llm_timeline_records_the_generation(tiny_dirs):
+    "Every `LLM` has a `TimelineRecorder` from the start; its records add up to what `generate` returned."
+    from minivllm.timeline import TimelineRecorder, attach_timeline
+    llm = LLM(tiny_dirs["LlamaForCausalLM"], num_gpu_blocks=32, max_num_batched_tokens=8, max_num_seqs=4)
+    assert isinstance(llm.timeline, TimelineRecorder) and attach_timeline(llm) is llm.timeline
+    assert llm.engine_core.step_observers == [llm.timeline] and len(llm.timeline) == 0
+    prompts = random_prompts([5, 12, 3], seed=9)
+    outs = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=5), use_tqdm=False)
+    rec = llm.timeline
+    assert [r.step for r in rec] == list(range(len(rec)))
+    assert all(0 < r.total_scheduled <= 8 for r in rec) and rec[-1].finished  # generate stops when the last finishes
+    assert any(q.is_prefill_chunk for r in rec for q in r.scheduled)            # the 12-token prompt was chunked
+    sampled = {}
+    for r in rec:
+        for q in r.scheduled: sampled.setdefault(q.req_id, []).extend(q.new_token_ids)
+    assert [sampled[o.request_id] for o in outs] == token_ids(outs)
+    computed = {q.req_id: q.num_computed_after for r in rec for q in r.scheduled}   # the last value per request
+    assert [computed[o.request_id] for o in outs] == [len(p) + 5 - 1 for p in prompts]  # the last token is not fed
+    assert rec.settings["max_num_batched_tokens"] == 8 and "cpu" in rec.settings_label()
 
 
 # ---------------------------------------------------------------- seeded sampling
@@ -189,7 +211,8 @@ def test_max_tokens_beyond_room_is_capped(tiny_dirs):
     llm = LLM(tiny_dirs["LlamaForCausalLM"], num_gpu_blocks=16, max_model_len=64)
     out = llm.generate(random_prompts([60]), SamplingParams(temperature=0, max_tokens=50, ignore_eos=True),
                        use_tqdm=False)[0]
-    assert len(out.outputs[0].token_ids) == 4 and out.outputs[0].finish_reason == "length"
+    room = llm.max_model_len - len(out.prompt_token_ids)            # 64 - 60: fewer than max_tokens
+    assert room == 4 and len(out.outputs[0].token_ids) == room and out.outputs[0].finish_reason == "length"
 
 
 def test_progress_bar_and_interrupted_loop(tiny_dirs, capsys):
@@ -203,7 +226,8 @@ def test_progress_bar_and_interrupted_loop(tiny_dirs, capsys):
         if len(sched.running) == 3: raise KeyboardInterrupt
     llm.engine_core.step_observers.append(interrupt)
     with pytest.raises(KeyboardInterrupt): llm.generate(prompts, GREEDY, use_tqdm=False)
-    llm.engine_core.step_observers.clear()
+    llm.engine_core.step_observers.remove(interrupt)
+    assert llm.engine_core.step_observers == [llm.timeline]        # the LLM's own recorder stays
     assert not llm.engine_core.scheduler.has_unfinished_requests() and not llm.output_processor.request_states
     assert token_ids(llm.generate(prompts, GREEDY, use_tqdm=False)) == hf_greedy(tiny_dirs["LlamaForCausalLM"], prompts, 24)
 

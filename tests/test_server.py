@@ -182,6 +182,19 @@ def test_bad_requests_get_openai_400(tiny):
     assert httpx.get(f"{url}/v1/models").json()["data"][0]["id"] == "tiny"
 
 
+def test_engine_keeps_a_timeline_only_when_asked(tiny, tiny_path):
+    "`LLM` always records; the engine process drops that recorder unless `record_timeline=True`."
+    from minivllm.engine_core_proc import make_engine_core
+    from minivllm.timeline import TimelineRecorder
+    kw = dict(model=tiny_path, num_gpu_blocks=8, max_model_len=64)
+    core, info = make_engine_core(**kw)
+    assert not any(isinstance(o, TimelineRecorder) for o in core.step_observers)
+    assert (info["num_gpu_blocks"], info["max_model_len"]) == (8, 64)
+    core, _ = make_engine_core(record_timeline=True, **kw)
+    assert [type(o) for o in core.step_observers] == [TimelineRecorder]
+    with pytest.raises(ValueError, match="record_timeline=True"): tiny[0].get_timeline()   # started without it
+
+
 def test_engine_failures_reach_the_client(tiny_path):
     with pytest.raises(EngineDeadError, match="num_gpu_blocks"):      # fails while starting
         AsyncLLM(tiny_path, num_threads=1, num_gpu_blocks=2, max_model_len=256)

@@ -182,8 +182,10 @@ def test_max_records_and_clear():
     rec = run_with_recorder(s, recorder=TimelineRecorder(max_records=3),
                             arrivals={0: [Request("a", [1, 2, 3], SamplingParams(max_tokens=12, ignore_eos=True))]})
     assert 3 <= len(rec) < 6 and rec[-1].step == rec.next_step - 1 and rec[-2].finished == {"a": "length"}
+    num_steps = 1 + 11 + 1      # prefill (samples token 1), 11 decodes (tokens 2-12), the clean-up step
+    assert rec.next_step == num_steps and rec[-1].step == num_steps - 1 and rec[-1].total_scheduled == 0
     rec.clear()
-    assert len(rec) == 0 and rec.next_step == 13
+    assert len(rec) == 0 and rec.next_step == num_steps     # step numbers go on after clear()
 
 
 class FakeLLM:
