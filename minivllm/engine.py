@@ -21,7 +21,7 @@ from .timeline import TimelineRecorder
 
 # %% auto #0
 __all__ = ['DEFAULT_CPU_KV_CACHE_BYTES', 'CompletionOutput', 'RequestOutput', 'OutputProcessor', 'parse_prompts', 'per_prompt',
-           'check_prompt_len', 'kv_cache_bytes_per_block', 'num_blocks_for', 'EngineCore', 'resolve_model_path',
+           'check_prompt', 'kv_cache_bytes_per_block', 'num_blocks_for', 'EngineCore', 'resolve_model_path',
            'load_tokenizer', 'resolve_device', 'check_engine_args', 'profile_kv_cache_memory', 'allocate_kv_caches',
            'LLM', 'default_max_num_batched_tokens']
 
@@ -104,12 +104,20 @@ def per_prompt(value, n: int, name: str) -> list:
     return list(value)
 
 # %% ../nbs/11_engine.ipynb #0a8e6dcd
-def check_prompt_len(i: int, prompt_token_ids: list[int], max_model_len: int) -> None:
-    "A prompt must be non-empty and leave room for at least one output token."
-    if not prompt_token_ids: raise ValueError(f"prompt {i} is empty after tokenisation")
-    if len(prompt_token_ids) >= max_model_len:
-        raise ValueError(f"prompt {i} has {len(prompt_token_ids)} tokens, but max_model_len={max_model_len} "
-                         f"leaves no room for an output token (it must be at most {max_model_len - 1})")
+def check_prompt(tokenizer, prompt: str | list[int], vocab_size: int, max_model_len: int,
+                 name: str = "the prompt") -> list[int]:
+    "Token ids of a text or token-id prompt, checked: non-empty, inside the vocabulary, room for one output token."
+    if isinstance(prompt, str):
+        if tokenizer is None: raise ValueError(f"{name} is text, but the model has no tokenizer; pass token ids")
+        prompt = tokenizer.encode(prompt)
+    if not prompt or not all(isinstance(t, int) for t in prompt):
+        raise ValueError(f"{name} must be a non-empty string or a non-empty list of token ids")
+    if min(prompt) < 0 or max(prompt) >= vocab_size:
+        raise ValueError(f"{name} has token ids outside the vocabulary [0, {vocab_size})")
+    if len(prompt) >= max_model_len:
+        raise ValueError(f"{name} has {len(prompt)} tokens, but max_model_len={max_model_len} leaves no room for "
+                         f"an output token (it must be at most {max_model_len - 1})")
+    return list(prompt)
 
 # %% ../nbs/11_engine.ipynb #245b11c8
 DEFAULT_CPU_KV_CACHE_BYTES = 1 << 30
@@ -279,15 +287,7 @@ def _init_engine(self: LLM, num_gpu_blocks, kv_cache_memory_bytes, gpu_memory_ut
 @patch
 def _tokenize(self: LLM, i: int, prompt: str | list[int]) -> list[int]:
     "Token ids of prompt `i` (strings go through the tokenizer), checked against the model."
-    if isinstance(prompt, str):
-        if self.tokenizer is None: raise ValueError(f"prompt {i} is text, but {self.model_path} has no tokenizer; "
-                                                    "pass token ids")
-        prompt = self.tokenizer.encode(prompt)
-    check_prompt_len(i, prompt, self.max_model_len)
-    vocab_size = self.model.config.vocab_size
-    if min(prompt) < 0 or max(prompt) >= vocab_size:
-        raise ValueError(f"prompt {i} has token ids outside the vocabulary [0, {vocab_size})")
-    return prompt
+    return check_prompt(self.tokenizer, prompt, self.model.config.vocab_size, self.max_model_len, f"prompt {i}")
 
 @patch
 def _add_requests(self: LLM, prompts, sampling_params, priority) -> list[str]:

@@ -16,7 +16,8 @@ import torch
 from fastcore.basics import patch
 from .request import Request, SamplingParams
 from .outputs import EngineCoreOutput
-from .engine import CompletionOutput, EngineCore, LLM, RequestOutput, load_tokenizer, resolve_model_path
+from .engine import (CompletionOutput, EngineCore, LLM, RequestOutput, check_prompt, load_tokenizer,
+                             resolve_model_path)
 
 # %% auto #0
 __all__ = ['EngineCoreRequestType', 'EngineDeadError', 'bind_socket', 'request_to_wire', 'request_from_wire', 'output_to_wire',
@@ -385,19 +386,8 @@ def _fail(self: AsyncLLM, error: EngineDeadError) -> None:
 # %% ../nbs/15_engine_core_proc.ipynb #2a90056d
 @patch
 def tokenize_prompt(self: AsyncLLM, prompt: str | list[int]) -> list[int]:
-    "Token ids of a text or token-id prompt, checked against the vocabulary and `max_model_len`."
-    if isinstance(prompt, str):
-        if self.tokenizer is None: raise ValueError(f"{self.model_path} has no tokenizer; pass token ids")
-        prompt = self.tokenizer.encode(prompt)
-    if not prompt or not all(isinstance(t, int) for t in prompt):
-        raise ValueError("the prompt must be a non-empty string or a non-empty list of token ids")
-    vocab_size = self.engine_info["vocab_size"]
-    if min(prompt) < 0 or max(prompt) >= vocab_size:
-        raise ValueError(f"the prompt has token ids outside the vocabulary [0, {vocab_size})")
-    if len(prompt) >= self.max_model_len:
-        raise ValueError(f"the prompt has {len(prompt)} tokens, but max_model_len={self.max_model_len} leaves no "
-                         f"room for an output token (at most {self.max_model_len - 1})")
-    return list(prompt)
+    "Token ids of a text or token-id prompt, checked against the vocabulary and `max_model_len` (`check_prompt`)."
+    return check_prompt(self.tokenizer, prompt, self.engine_info["vocab_size"], self.max_model_len)
 
 # %% ../nbs/15_engine_core_proc.ipynb #393cda83
 @patch

@@ -15,7 +15,7 @@ from .request import SamplingParams
 
 # %% auto #0
 __all__ = ['CachedRequestState', 'make_generator', 'BlockTable', 'InputBatch', 'update_states', 'cumsum_and_arange',
-           'BatchInputs', 'prepare_inputs', 'bookkeeping_sync']
+           'compute_positions', 'BatchInputs', 'prepare_inputs', 'bookkeeping_sync']
 
 # %% ../nbs/06_input_batch.ipynb #a7dc9e22
 @dataclass
@@ -251,6 +251,13 @@ def cumsum_and_arange(num_scheduled_tokens: np.ndarray) -> tuple[np.ndarray, np.
         cu_num_tokens - num_scheduled_tokens, num_scheduled_tokens)
     return cu_num_tokens, offsets
 
+def compute_positions(num_computed_tokens: np.ndarray, num_scheduled_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    "Batch row and position of every scheduled token; row `i`'s positions continue from `num_computed_tokens[i]`."
+    num_scheduled_tokens = np.asarray(num_scheduled_tokens, dtype=np.int64)
+    req_indices = np.repeat(np.arange(len(num_scheduled_tokens)), num_scheduled_tokens)
+    _, offsets = cumsum_and_arange(num_scheduled_tokens)
+    return req_indices, np.asarray(num_computed_tokens, dtype=np.int64)[req_indices] + offsets
+
 # %% ../nbs/06_input_batch.ipynb #ad5817d8
 @dataclass
 class BatchInputs:
@@ -274,15 +281,13 @@ def prepare_inputs(input_batch: InputBatch, num_scheduled_tokens: np.ndarray) ->
     num_reqs = input_batch.num_reqs
     if len(num_scheduled_tokens) != num_reqs or np.any(num_scheduled_tokens <= 0):
         raise ValueError(f"need one positive token count per row ({num_reqs} rows), got {num_scheduled_tokens}")
-    req_indices = np.repeat(np.arange(num_reqs), num_scheduled_tokens)
-    cu_num_tokens, offsets = cumsum_and_arange(num_scheduled_tokens)
-    positions = input_batch.num_computed_tokens_cpu[req_indices].astype(np.int64) + offsets
+    req_indices, positions = compute_positions(input_batch.num_computed_tokens_cpu[:num_reqs], num_scheduled_tokens)
     seq_lens = (input_batch.num_computed_tokens_cpu[:num_reqs] + num_scheduled_tokens).astype(np.int32)
     num_tokens = input_batch.num_tokens_no_spec[:num_reqs]
     if np.any(seq_lens > num_tokens):
         raise ValueError("scheduled tokens beyond a request's token history")
     token_indices = positions + req_indices * input_batch.max_model_len
-    query_start_loc = np.concatenate([[0], cu_num_tokens]).astype(np.int32)
+    query_start_loc = np.concatenate([[0], np.cumsum(num_scheduled_tokens)]).astype(np.int32)
     return BatchInputs(
         input_ids=input_batch.token_ids_cpu.reshape(-1)[token_indices],
         positions=positions, req_indices=req_indices, query_start_loc=query_start_loc, seq_lens=seq_lens,

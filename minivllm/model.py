@@ -4,14 +4,15 @@
 
 # %% auto #0
 __all__ = ['TINY_CONFIG', 'ARCHITECTURES', 'DEFAULT_MODEL', 'make_tiny_model', 'get_head_dim', 'rope_parameters', 'RMSNorm',
-           'rope_inv_freq', 'apply_rope', 'RotaryEmbedding', 'LlamaMLP', 'LlamaAttention', 'make_attn_metadata',
-           'make_kv_caches', 'LlamaDecoderLayer', 'LlamaModel', 'LlamaForCausalLM', 'check_config', 'safetensors_files',
-           'load_weights', 'resolve_dtype', 'load_model', 'cache_dir', 'embedded_gguf', 'convert_gguf',
-           'default_model_path']
+           'rope_inv_freq', 'apply_rope', 'RotaryEmbedding', 'LlamaMLP', 'LlamaAttention', 'to_attn_metadata',
+           'make_attn_metadata', 'make_kv_caches', 'LlamaDecoderLayer', 'LlamaModel', 'LlamaForCausalLM',
+           'check_config', 'safetensors_files', 'load_weights', 'resolve_dtype', 'load_model', 'cache_dir',
+           'embedded_gguf', 'convert_gguf', 'default_model_path']
 
 # %% ../nbs/09_model.ipynb #f11da485
 import importlib.util, json, math, os, shutil, tempfile
 from pathlib import Path
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -21,6 +22,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from transformers import AutoConfig
 from .attention import AttentionMetadata, get_attn_backend
+from .input_batch import BlockTable, compute_positions
 
 # %% ../nbs/09_model.ipynb #73516938
 TINY_CONFIG = dict(vocab_size=256, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
@@ -169,18 +171,21 @@ def forward(self: LlamaAttention, x, cos, sin, kv_cache, attn_metadata: Attentio
     return self.o_proj(out.reshape(n, self.num_heads * self.head_dim))
 
 # %% ../nbs/09_model.ipynb #ebf184c0
+def to_attn_metadata(query_start_loc, seq_lens, block_table, slot_mapping, device="cpu") -> AttentionMetadata:
+    "One step's numpy arrays as `AttentionMetadata` on `device` (with the longest query and sequence)."
+    t = lambda a, dtype: torch.from_numpy(np.ascontiguousarray(a)).to(device=device, dtype=dtype)
+    return AttentionMetadata(t(query_start_loc, torch.int32), t(seq_lens, torch.int32), t(block_table, torch.int32),
+                             t(slot_mapping, torch.int64), int(np.diff(query_start_loc).max()), int(np.max(seq_lens)))
+
 def make_attn_metadata(block_tables, num_computed_tokens, num_scheduled_tokens, block_size: int, device="cpu"):
     "`(positions, AttentionMetadata)` for requests with these block ids, cached token counts and new token counts."
-    positions = torch.cat([torch.arange(c, c + n) for c, n in zip(num_computed_tokens, num_scheduled_tokens)])
-    req = torch.repeat_interleave(torch.arange(len(num_scheduled_tokens)), torch.tensor(num_scheduled_tokens))
-    width = max(len(row) for row in block_tables)
-    block_table = torch.tensor([list(row) + [0] * (width - len(row)) for row in block_tables], dtype=torch.int32)
-    slot_mapping = block_table[req, positions // block_size].long() * block_size + positions % block_size
-    seq_lens = torch.tensor(num_computed_tokens) + torch.tensor(num_scheduled_tokens)
-    query_start_loc = F.pad(torch.tensor(num_scheduled_tokens).cumsum(0), (1, 0))
-    md = AttentionMetadata(query_start_loc.to(device, torch.int32), seq_lens.to(device, torch.int32),
-                           block_table.to(device), slot_mapping.to(device), max(num_scheduled_tokens), int(seq_lens.max()))
-    return positions.to(device), md
+    num_computed, num_scheduled = np.asarray(num_computed_tokens, np.int64), np.asarray(num_scheduled_tokens, np.int64)
+    table = BlockTable(len(block_tables), max(len(row) for row in block_tables), int(num_scheduled.sum()), block_size)
+    for i, row in enumerate(block_tables): table.add_row(list(row), i)
+    req_indices, positions = compute_positions(num_computed, num_scheduled)
+    md = to_attn_metadata(np.concatenate([[0], np.cumsum(num_scheduled)]), num_computed + num_scheduled,
+                          table.block_table, table.compute_slot_mapping(req_indices, positions), device)
+    return torch.from_numpy(positions).to(device), md
 
 def make_kv_caches(num_layers, num_kv_heads, head_dim, dtype, num_blocks: int, block_size: int, device="cpu"):
     "One zeroed KV cache `[num_blocks, 2, block_size, num_kv_heads, head_dim]` per layer."

@@ -14,6 +14,7 @@ from fastcore.basics import patch
 from .attention import AttentionMetadata
 from .input_batch import (CachedRequestState, InputBatch, BatchInputs, update_states, prepare_inputs,
                                   bookkeeping_sync)
+from .model import to_attn_metadata
 from .outputs import ModelRunnerOutput, EMPTY_MODEL_RUNNER_OUTPUT
 from .sampler import Sampler, make_sampling_metadata
 
@@ -102,12 +103,8 @@ def _tensor(self: ModelRunner, a: np.ndarray, dtype=None) -> torch.Tensor:
 @patch
 def build_attn_metadata(self: ModelRunner, bi: BatchInputs) -> AttentionMetadata:
     "Attention metadata (tensors on the device) for one step's flat inputs."
-    num_reqs = len(bi.seq_lens)
-    return AttentionMetadata(
-        query_start_loc=self._tensor(bi.query_start_loc, torch.int32), seq_lens=self._tensor(bi.seq_lens, torch.int32),
-        block_table=self._tensor(self.input_batch.block_table.block_table[:num_reqs], torch.int32),
-        slot_mapping=self._tensor(bi.slot_mapping, torch.int64),
-        max_query_len=int(np.diff(bi.query_start_loc).max()), max_seq_len=int(bi.seq_lens.max()))
+    block_table = self.input_batch.block_table.block_table[:len(bi.seq_lens)]
+    return to_attn_metadata(bi.query_start_loc, bi.seq_lens, block_table, bi.slot_mapping, self.device)
 
 # %% ../nbs/10_model_runner.ipynb #77811ff9
 @patch
