@@ -11,7 +11,7 @@ from .request import Request, RequestStatus
 from .outputs import SchedulerOutput, EngineCoreOutputs
 from .block_pool import PoolSnapshot, snapshot_block_pool, plot_block_pool
 from .scheduler import Scheduler
-from .sched_tools import (FakeWorker, scheduled_entries, check_invariants, scheduler_from_workload,
+from .testing import (FakeWorker, scheduled_entries, check_invariants, scheduler_from_workload,
                                   request_from_workload, worker_from_workload, ORACLE_DEFAULTS)
 from .input_batch import CachedRequestState, InputBatch, BatchInputs, prepare_inputs
 

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from minivllm.request import Request, RequestStatus, SamplingParams
 from minivllm.scheduler import CacheConfig, Scheduler, SchedulerConfig
-from minivllm.sched_tools import FakeWorker, check_invariants, scheduled_entries
+from minivllm.testing import FakeWorker, check_invariants, scheduled_entries
 
 EOS = 2
 PREFIXES = [list(range(5000 + 1000 * j, 5000 + 1000 * j + 64)) for j in range(3)]

@@ -9,7 +9,7 @@ from matplotlib.figure import Figure
 from minivllm.request import Request, SamplingParams
 from minivllm.scheduler import Scheduler, SchedulerConfig, CacheConfig
 from minivllm.engine import EngineCore
-from minivllm.sched_tools import FakeWorker, step_log, scheduled_entries, e12_workload
+from minivllm.testing import FakeWorker, step_log, scheduled_entries, e12_workload
 from minivllm.timeline import (TimelineRecorder, run_with_recorder, record_workload, attach_timeline, plot_timeline,
                                plot_kv_cache, plot_pool_at, plot_block_table, step_batch_inputs, plot_prepare_inputs)
 
