@@ -14,7 +14,7 @@ from fastcore.basics import patch
 from .request import SamplingParams
 
 # %% auto #0
-__all__ = ['CachedRequestState', 'make_generator', 'BlockTable', 'InputBatch', 'update_states', 'cumsum_and_arange',
+__all__ = ['CachedRequestState', 'make_generator', 'to_device', 'BlockTable', 'InputBatch', 'update_states', 'cumsum_and_arange',
            'compute_positions', 'BatchInputs', 'prepare_inputs', 'bookkeeping_sync']
 
 # %% ../nbs/06_input_batch.ipynb #a7dc9e22
@@ -37,14 +37,25 @@ class CachedRequestState:
 # %% ../nbs/06_input_batch.ipynb #4fb1920c
 def make_generator(sampling_params: SamplingParams | None, device="cpu") -> torch.Generator | None:
     "A generator seeded with `sampling_params.seed` for seeded random sampling, else None."
-    if sampling_params is None or sampling_params.seed is None or sampling_params.temperature < 1e-5:
+    sp = sampling_params
+    if sp is None or sp.seed is None or sp.temperature < 1e-5:
         return None
     return torch.Generator(device=device).manual_seed(sampling_params.seed)
+
+# %% ../nbs/06_input_batch.ipynb #4a7d7be0
+def to_device(a: np.ndarray, device, dtype: torch.dtype | None = None) -> torch.Tensor:
+    "`a` as a tensor on `device`: through pinned memory with a non-blocking copy on CUDA."
+    t = torch.from_numpy(np.ascontiguousarray(a))
+    if dtype is not None and t.dtype != dtype: t = t.to(dtype)
+    device = torch.device(device)
+    if device.type != "cuda": return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
 
 # %% ../nbs/06_input_batch.ipynb #d2f9f3ef
 class BlockTable:
     "Per-row physical block ids and the slot mapping computed from them (vLLM `BlockTable`)."
-    def __init__(self, max_num_reqs: int, max_num_blocks_per_req: int, max_num_batched_tokens: int, block_size: int):
+    def __init__(self, max_num_reqs: int, max_num_blocks_per_req: int, max_num_batched_tokens: int,
+                 block_size: int):
         self.max_num_reqs, self.max_num_blocks_per_req = max_num_reqs, max_num_blocks_per_req
         self.max_num_batched_tokens, self.block_size = max_num_batched_tokens, block_size
         self.block_table = np.zeros((max_num_reqs, max_num_blocks_per_req), dtype=np.int32)
@@ -84,7 +95,8 @@ def move_row(self: BlockTable, src: int, dst: int):
 
 # %% ../nbs/06_input_batch.ipynb #3753f61c
 @patch
-def compute_slot_mapping(self: BlockTable, req_indices: np.ndarray, positions: np.ndarray) -> np.ndarray:
+def compute_slot_mapping(self: BlockTable, req_indices: np.ndarray,
+                         positions: np.ndarray) -> np.ndarray:
     "Slot of each token: `block_table[req, pos // block_size] * block_size + pos % block_size`."
     n = len(positions)
     if n > self.max_num_batched_tokens:
@@ -100,9 +112,12 @@ def compute_slot_mapping(self: BlockTable, req_indices: np.ndarray, positions: n
 # %% ../nbs/06_input_batch.ipynb #8602781b
 class InputBatch:
     "Row-indexed CPU state of the requests in the running batch (vLLM `InputBatch`)."
-    def __init__(self, max_num_reqs: int, max_model_len: int, max_num_batched_tokens: int, block_size: int,
-                 eos_token_id: int | None = None):
-        self.max_num_reqs, self.max_model_len, self.eos_token_id = max_num_reqs, max_model_len, eos_token_id
+    def __init__(self, max_num_reqs: int, max_model_len: int, max_num_batched_tokens: int,
+                 block_size: int, eos_token_id: int | None = None, vocab_size: int | None = None,
+                 device="cpu"):
+        self.max_num_reqs, self.max_model_len = max_num_reqs, max_model_len
+        self.eos_token_id = eos_token_id
+        self.vocab_size, self.device = vocab_size, torch.device(device)
         self._req_ids: list[str | None] = []
         self.req_id_to_index: dict[str, int] = {}
         self._removed: list[int] = []    # heap of freed rows, smallest first
@@ -110,15 +125,21 @@ class InputBatch:
         self.num_tokens_no_spec = np.zeros(max_num_reqs, dtype=np.int32)
         self.num_prompt_tokens = np.zeros(max_num_reqs, dtype=np.int32)
         self.num_computed_tokens_cpu = np.zeros(max_num_reqs, dtype=np.int32)
-        self.block_table = BlockTable(max_num_reqs, -(-max_model_len // block_size), max_num_batched_tokens, block_size)
-        # per-row sampling state
-        self.temperature = np.ones(max_num_reqs, dtype=np.float32)
-        self.top_p = np.ones(max_num_reqs, dtype=np.float32)
+        self.block_table = BlockTable(max_num_reqs, -(-max_model_len // block_size),
+                                      max_num_batched_tokens, block_size)
+        # per-row sampling state, on the host: the sampler's branches are decided from these
+        f32 = lambda v: np.full(max_num_reqs, v, dtype=np.float32)
+        self.temperature, self.top_p, self.min_p = f32(1.0), f32(1.0), f32(0.0)
         self.top_k = np.zeros(max_num_reqs, dtype=np.int32)
+        self.presence_penalties, self.frequency_penalties = f32(0.0), f32(0.0)
+        self.repetition_penalties = f32(1.0)
         self.min_tokens = np.zeros(max_num_reqs, dtype=np.int32)
         self.num_logprobs = np.full(max_num_reqs, -1, dtype=np.int32)   # -1: no logprobs
         self.generators: dict[int, torch.Generator] = {}
-        self.stop_token_ids: dict[int, set[int]] = {}                  # masked until min_tokens
+        self.min_tokens_stop_ids: dict[int, set[int]] = {}   # ids masked while below min_tokens
+        # token counts for the penalties, on the device (allocated when a row first needs them)
+        self.output_bin_counts: torch.Tensor | None = None   # int32 [max_num_reqs, vocab_size]
+        self.prompt_token_mask: torch.Tensor | None = None   # bool [max_num_reqs, vocab_size]
 
     @property
     def num_reqs(self) -> int: return len(self.req_id_to_index)
@@ -139,7 +160,8 @@ def add_request(self: InputBatch, state: CachedRequestState) -> int:
         raise ValueError(f"batch is full: {self.max_num_reqs} rows")
     n_prompt, n = len(state.prompt_token_ids), state.num_tokens
     if n > self.max_model_len:
-        raise ValueError(f"request {state.req_id!r} has {n} tokens > max_model_len={self.max_model_len}")
+        raise ValueError(
+            f"request {state.req_id!r} has {n} tokens > max_model_len={self.max_model_len}")
     if row == len(self._req_ids): self._req_ids.append(state.req_id)
     else: self._req_ids[row] = state.req_id
     self.req_id_to_index[state.req_id] = row
@@ -149,18 +171,48 @@ def add_request(self: InputBatch, state: CachedRequestState) -> int:
     self.num_computed_tokens_cpu[row] = state.num_computed_tokens
     self.block_table.add_row(state.block_ids, row)
     self._set_sampling_row(row, state.sampling_params or SamplingParams(), state.generator)
+    if self.has_penalties(row): self._init_penalty_counts(row)
     return row
 
 @patch
-def _set_sampling_row(self: InputBatch, row: int, sp: SamplingParams, generator: torch.Generator | None):
+def _set_sampling_row(self: InputBatch, row: int, sp: SamplingParams,
+                      generator: torch.Generator | None):
     "Copy one request's sampling parameters into row `row`."
     self.temperature[row], self.top_p[row], self.top_k[row] = sp.temperature, sp.top_p, sp.top_k
+    self.min_p[row] = sp.min_p
+    self.presence_penalties[row] = sp.presence_penalty
+    self.frequency_penalties[row] = sp.frequency_penalty
+    self.repetition_penalties[row] = sp.repetition_penalty
     self.min_tokens[row] = sp.min_tokens
     self.num_logprobs[row] = -1 if sp.logprobs is None else sp.logprobs
     stop = set(sp.stop_token_ids or ())
     if self.eos_token_id is not None: stop.add(self.eos_token_id)
-    if sp.min_tokens > 0 and stop: self.stop_token_ids[row] = stop
+    if sp.min_tokens > 0 and stop: self.min_tokens_stop_ids[row] = stop
     if generator is not None: self.generators[row] = generator
+
+@patch
+def has_penalties(self: InputBatch, row: int) -> bool:
+    "True if row `row` uses a presence, frequency or repetition penalty."
+    return bool(self.presence_penalties[row] != 0 or self.frequency_penalties[row] != 0
+                or self.repetition_penalties[row] != 1)
+
+@patch
+def _init_penalty_counts(self: InputBatch, row: int):
+    "Build row `row`'s prompt mask and output counts on the device, once."
+    if self.vocab_size is None:
+        raise ValueError("penalties need the vocabulary size: build InputBatch(..., vocab_size=V)")
+    if self.output_bin_counts is None:
+        shape = (self.max_num_reqs, self.vocab_size)
+        self.output_bin_counts = torch.zeros(shape, dtype=torch.int32, device=self.device)
+        self.prompt_token_mask = torch.zeros(shape, dtype=torch.bool, device=self.device)
+    n_prompt, n = int(self.num_prompt_tokens[row]), int(self.num_tokens_no_spec[row])
+    tokens = to_device(self.token_ids_cpu[row, :n], self.device, torch.int64)
+    self.prompt_token_mask[row] = False
+    self.prompt_token_mask[row, tokens[:n_prompt]] = True
+    self.output_bin_counts[row] = 0          # (no bincount: on CUDA it reads its input's max back)
+    outputs = tokens[n_prompt:]
+    self.output_bin_counts[row].index_put_((outputs,), torch.ones_like(outputs, dtype=torch.int32),
+                                           accumulate=True)
 
 # %% ../nbs/06_input_batch.ipynb #83879b08
 @patch
@@ -170,7 +222,7 @@ def remove_request(self: InputBatch, req_id: str) -> int | None:
     if row is None: return None
     self._req_ids[row] = None
     heapq.heappush(self._removed, row)
-    self.generators.pop(row, None); self.stop_token_ids.pop(row, None)
+    self.generators.pop(row, None); self.min_tokens_stop_ids.pop(row, None)
     self.block_table.num_blocks_per_row[row] = 0
     return row
 
@@ -181,11 +233,16 @@ def _move_row(self: InputBatch, src: int, dst: int):
     req_id = self._req_ids[src]
     n = self.num_tokens_no_spec[src]
     self.token_ids_cpu[dst, :n] = self.token_ids_cpu[src, :n]
+    if self.has_penalties(src):           # device rows move with it (a copy on the device)
+        self.output_bin_counts[dst] = self.output_bin_counts[src]
+        self.prompt_token_mask[dst] = self.prompt_token_mask[src]
     for a in (self.num_tokens_no_spec, self.num_prompt_tokens, self.num_computed_tokens_cpu,
-              self.temperature, self.top_p, self.top_k, self.min_tokens, self.num_logprobs):
+              self.temperature, self.top_p, self.top_k, self.min_p, self.presence_penalties,
+              self.frequency_penalties, self.repetition_penalties, self.min_tokens,
+              self.num_logprobs):
         a[dst] = a[src]
     self.block_table.move_row(src, dst)
-    for d in (self.generators, self.stop_token_ids):
+    for d in (self.generators, self.min_tokens_stop_ids):
         if src in d: d[dst] = d.pop(src)
     self._req_ids[dst], self._req_ids[src] = req_id, None
     self.req_id_to_index[req_id] = dst
@@ -203,15 +260,17 @@ def condense(self: InputBatch):
     del self._req_ids[self.num_reqs:]
 
 # %% ../nbs/06_input_batch.ipynb #4d7d0a10
-def update_states(requests: dict[str, CachedRequestState], input_batch: InputBatch, scheduler_output, device="cpu"):
-    "Apply `scheduler_output` to the worker's cached requests and persistent batch (vLLM `_update_states`)."
+def update_states(requests: dict[str, CachedRequestState], input_batch: InputBatch,
+                  scheduler_output, device="cpu"):
+    "Apply `scheduler_output` to the worker's requests and batch (vLLM `_update_states`)."
     for req_id in scheduler_output.finished_req_ids:
         requests.pop(req_id, None)
         input_batch.remove_request(req_id)
     for req_id in input_batch.req_ids:
         if req_id is not None and req_id not in scheduler_output.num_scheduled_tokens:
             input_batch.remove_request(req_id)
-    to_add = [_add_new_request(requests, new, device) for new in scheduler_output.scheduled_new_reqs]
+    to_add = [_add_new_request(requests, new,
+                               device) for new in scheduler_output.scheduled_new_reqs]
     to_add += _update_cached_requests(requests, input_batch, scheduler_output.scheduled_cached_reqs)
     for state in to_add: input_batch.add_request(state)
     input_batch.condense()
@@ -230,12 +289,15 @@ def _add_new_request(requests, new, device) -> CachedRequestState:
 def _update_cached_requests(requests, input_batch, cached) -> list[CachedRequestState]:
     "Refresh known requests; return those that need a row again."
     to_add = []
-    for req_id, num_computed, new_ids in zip(cached.req_ids, cached.num_computed_tokens, cached.new_block_ids):
-        if req_id not in requests: raise ValueError(f"cached request {req_id!r} is unknown to the worker")
+    for req_id, num_computed, new_ids in zip(cached.req_ids, cached.num_computed_tokens,
+                                             cached.new_block_ids):
+        if req_id not in requests:
+            raise ValueError(f"cached request {req_id!r} is unknown to the worker")
         state = requests[req_id]
         state.num_computed_tokens = num_computed
         resumed, row = req_id in cached.resumed_req_ids, input_batch.req_id_to_index.get(req_id)
-        if resumed and row is not None: raise ValueError(f"resumed request {req_id!r} still has a batch row")
+        if resumed and row is not None:
+            raise ValueError(f"resumed request {req_id!r} still has a batch row")
         if resumed: state.block_ids = list(new_ids)
         elif new_ids is not None: state.block_ids.extend(new_ids)
         if row is None: to_add.append(state); continue
@@ -251,8 +313,9 @@ def cumsum_and_arange(num_scheduled_tokens: np.ndarray) -> tuple[np.ndarray, np.
         cu_num_tokens - num_scheduled_tokens, num_scheduled_tokens)
     return cu_num_tokens, offsets
 
-def compute_positions(num_computed_tokens: np.ndarray, num_scheduled_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    "Batch row and position of every scheduled token; row `i`'s positions continue from `num_computed_tokens[i]`."
+def compute_positions(num_computed_tokens: np.ndarray,
+                      num_scheduled_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    "Row and position of every scheduled token; row `i` continues from `num_computed_tokens[i]`."
     num_scheduled_tokens = np.asarray(num_scheduled_tokens, dtype=np.int64)
     req_indices = np.repeat(np.arange(len(num_scheduled_tokens)), num_scheduled_tokens)
     _, offsets = cumsum_and_arange(num_scheduled_tokens)
@@ -280,9 +343,12 @@ def prepare_inputs(input_batch: InputBatch, num_scheduled_tokens: np.ndarray) ->
     num_scheduled_tokens = np.asarray(num_scheduled_tokens, dtype=np.int64)
     num_reqs = input_batch.num_reqs
     if len(num_scheduled_tokens) != num_reqs or np.any(num_scheduled_tokens <= 0):
-        raise ValueError(f"need one positive token count per row ({num_reqs} rows), got {num_scheduled_tokens}")
-    req_indices, positions = compute_positions(input_batch.num_computed_tokens_cpu[:num_reqs], num_scheduled_tokens)
-    seq_lens = (input_batch.num_computed_tokens_cpu[:num_reqs] + num_scheduled_tokens).astype(np.int32)
+        raise ValueError(f"need one positive token count per row ({num_reqs} rows), "
+                         f"got {num_scheduled_tokens}")
+    req_indices, positions = compute_positions(input_batch.num_computed_tokens_cpu[:num_reqs],
+                                               num_scheduled_tokens)
+    seq_lens = input_batch.num_computed_tokens_cpu[:num_reqs] + num_scheduled_tokens
+    seq_lens = seq_lens.astype(np.int32)
     num_tokens = input_batch.num_tokens_no_spec[:num_reqs]
     if np.any(seq_lens > num_tokens):
         raise ValueError("scheduled tokens beyond a request's token history")
@@ -290,30 +356,46 @@ def prepare_inputs(input_batch: InputBatch, num_scheduled_tokens: np.ndarray) ->
     query_start_loc = np.concatenate([[0], np.cumsum(num_scheduled_tokens)]).astype(np.int32)
     return BatchInputs(
         input_ids=input_batch.token_ids_cpu.reshape(-1)[token_indices],
-        positions=positions, req_indices=req_indices, query_start_loc=query_start_loc, seq_lens=seq_lens,
+        positions=positions, req_indices=req_indices, query_start_loc=query_start_loc,
+        seq_lens=seq_lens,
         slot_mapping=input_batch.block_table.compute_slot_mapping(req_indices, positions).copy(),
         logits_indices=query_start_loc[1:].astype(np.int64) - 1,
         discard_request_indices=np.flatnonzero(seq_lens < num_tokens))
 
 # %% ../nbs/06_input_batch.ipynb #f480245b
 @patch
-def append_token_ids(self: InputBatch, row: int, token_ids: list[int]):
-    "Append sampled `token_ids` to the token history of row `row`."
+def append_token_ids(self: InputBatch, row: int, token_ids: list[int], count: bool = True):
+    "Append sampled `token_ids` to row `row`'s history (and, with `count`, its penalty counts)."
     if not 0 <= row < len(self._req_ids) or self._req_ids[row] is None:
         raise IndexError(f"row {row} holds no request")
-    start, end = int(self.num_tokens_no_spec[row]), int(self.num_tokens_no_spec[row]) + len(token_ids)
+    start = int(self.num_tokens_no_spec[row])
+    end = start + len(token_ids)
     if end > self.max_model_len:
         raise ValueError(f"row {row} would hold {end} tokens > max_model_len={self.max_model_len}")
     self.token_ids_cpu[row, start:end] = token_ids
     self.num_tokens_no_spec[row] = end
+    if count and self.has_penalties(row): self.count_output_tokens([row] * len(token_ids),
+                                                                   token_ids)
+
+@patch
+def count_output_tokens(self: InputBatch, rows: list[int], token_ids: list[int]):
+    "Add one to `output_bin_counts[row, token]` for each pair, in one device operation."
+    if not rows: return
+    r, t = to_device(np.asarray(rows), self.device, torch.int64), to_device(
+        np.asarray(token_ids), self.device, torch.int64)
+    self.output_bin_counts.index_put_((r, t), torch.ones_like(r, dtype=torch.int32),
+                                      accumulate=True)
 
 def bookkeeping_sync(requests: dict[str, CachedRequestState], input_batch: InputBatch,
                      sampled_token_ids, discard_request_indices) -> list[list[int]]:
     "Record each row's sampled token (none for partial prefills); return the per-row lists."
     valid = [[int(t)] for t in sampled_token_ids]
     for row in discard_request_indices: valid[row] = []
+    counted_rows, counted_ids = [], []
     for row, (req_id, ids) in enumerate(zip(input_batch.req_ids, valid)):
         if ids:
-            input_batch.append_token_ids(row, ids)
+            input_batch.append_token_ids(row, ids, count=False)
             requests[req_id].output_token_ids.extend(ids)
+            if input_batch.has_penalties(row): counted_rows += [row] * len(ids); counted_ids += ids
+    input_batch.count_output_tokens(counted_rows, counted_ids)   # all rows at once
     return valid

@@ -4,92 +4,51 @@
 
 # %% ../nbs/10_model_runner.ipynb #3a22d14a
 from __future__ import annotations
-import math
-
 import numpy as np
 import torch
-from torch import nn
 from fastcore.basics import patch
-
 from .attention import AttentionMetadata
-from .input_batch import (CachedRequestState, InputBatch, BatchInputs, update_states, prepare_inputs,
-                                  bookkeeping_sync)
-from .model import to_attn_metadata
-from .outputs import ModelRunnerOutput, EMPTY_MODEL_RUNNER_OUTPUT
-from .sampler import Sampler, make_sampling_metadata
+try: from minivllm.attention import to_attn_metadata      # its home from now on
+except ImportError: from minivllm.model import to_attn_metadata
+from .input_batch import (CachedRequestState, InputBatch, BatchInputs, update_states,
+                                  prepare_inputs, bookkeeping_sync, to_device)
+from .outputs import LogprobsLists, ModelRunnerOutput, EMPTY_MODEL_RUNNER_OUTPUT
+from .sampler import Sampler, gather_logprobs, make_sampling_metadata
 
 # %% auto #0
-__all__ = ['HistoryModel', 'ModelRunner']
-
-# %% ../nbs/10_model_runner.ipynb #8ac51c76
-class HistoryModel(nn.Module):
-    "A deterministic stand-in model whose next token hashes the request's whole history, read from the paged cache."
-    def __init__(self, vocab_size: int = 64):
-        super().__init__()
-        self.vocab_size, self.kv_caches = vocab_size, []
-
-    def kv_cache_spec(self): return (1, 1, 1, torch.float32)
-    def bind_kv_caches(self, kv_caches: list[torch.Tensor]): self.kv_caches = kv_caches
-
-    @staticmethod
-    def history_hash(token_ids: torch.Tensor) -> torch.Tensor:
-        "Running hash of a token sequence: entry i covers tokens 0..i."
-        pos = torch.arange(1, len(token_ids) + 1, device=token_ids.device)
-        return torch.cumsum((token_ids.long() + 1) * pos, 0)
-
-# %% ../nbs/10_model_runner.ipynb #250bb3f9
-@patch
-def forward(self: HistoryModel, input_ids: torch.Tensor, positions: torch.Tensor, md: AttentionMetadata) -> torch.Tensor:
-    "Write the ids at their slots, then return each token's history hash (mod vocab) as a `[num_tokens, 1]` hidden state."
-    cache = self.kv_caches[0]
-    block_size = cache.shape[2]
-    slots = md.slot_mapping[md.slot_mapping >= 0]
-    cache[slots // block_size, 0, slots % block_size, 0, 0] = input_ids[md.slot_mapping >= 0].to(cache.dtype)
-    hidden = torch.empty(len(input_ids), 1, dtype=torch.float32, device=input_ids.device)
-    qsl, seq_lens = md.query_start_loc.tolist(), md.seq_lens.tolist()
-    for i, seq_len in enumerate(seq_lens):
-        blocks = md.block_table[i, :math.ceil(seq_len / block_size)].long()
-        history = cache[blocks, 0, :, 0, 0].reshape(-1)[:seq_len]
-        n = qsl[i + 1] - qsl[i]
-        hidden[qsl[i]:qsl[i + 1], 0] = (self.history_hash(history)[seq_len - n:] % self.vocab_size).float()
-    return hidden
-
-@patch
-def compute_logits(self: HistoryModel, hidden: torch.Tensor) -> torch.Tensor:
-    "Logits peaked at `hash mod vocab_size`, smooth around it so sampling has something to choose."
-    target = hidden[:, :1]
-    angle = 2 * math.pi * (torch.arange(self.vocab_size, device=hidden.device) - target) / self.vocab_size
-    return 4.0 * torch.cos(angle)
-
-@patch
-def greedy_reference(self: HistoryModel, prompt: list[int], num_tokens: int) -> list[int]:
-    "The tokens greedy decoding must produce for `prompt`, computed without any cache."
-    tokens = list(prompt)
-    for _ in range(num_tokens):
-        tokens.append(int(self.history_hash(torch.tensor(tokens))[-1] % self.vocab_size))
-    return tokens[len(prompt):]
+__all__ = ['PROMPT_LOGPROBS_CHUNK', 'ModelRunner', 'to_host']
 
 # %% ../nbs/10_model_runner.ipynb #febacd56
 class ModelRunner:
     "The worker: applies `SchedulerOutput`s, runs the model and samples (vLLM `GPUModelRunner`)."
-    def __init__(self, model, max_num_reqs: int, max_model_len: int, max_num_batched_tokens: int, block_size: int,
-                 device="cpu", eos_token_id: int | None = None):
+    def __init__(self, model, max_num_reqs: int, max_model_len: int, max_num_batched_tokens: int,
+                 block_size: int, device="cpu", eos_token_id: int | None = None,
+                 vocab_size: int | None = None):
         self.model, self.device, self.block_size = model, torch.device(device), block_size
+        if vocab_size is None:
+            vocab_size = getattr(model, "vocab_size", None) or getattr(
+                getattr(model, "config", None), "vocab_size", None)
         self.requests: dict[str, CachedRequestState] = {}
-        self.input_batch = InputBatch(max_num_reqs, max_model_len, max_num_batched_tokens, block_size, eos_token_id)
+        self.input_batch = InputBatch(max_num_reqs, max_model_len, max_num_batched_tokens,
+                                      block_size,
+                                      eos_token_id, vocab_size=vocab_size, device=self.device)
         self.sampler = Sampler()
         self.kv_caches: list[torch.Tensor] = []
+        self.num_prompt_logprobs: dict[str, int] = {}             # req_id -> k, until delivered
+        self.in_progress_prompt_logprobs: dict[str, LogprobsLists] = {}
 
 # %% ../nbs/10_model_runner.ipynb #6b6c1254
 @patch
-def initialize_kv_cache(self: ModelRunner, num_blocks: int, block_size: int | None = None) -> list[torch.Tensor]:
-    "Allocate `[num_blocks, 2, block_size, num_kv_heads, head_dim]` per layer and bind it to the model."
+def initialize_kv_cache(self: ModelRunner, num_blocks: int,
+                        block_size: int | None = None) -> list[torch.Tensor]:
+    "Allocate `[num_blocks, 2, block_size, num_kv_heads, head_dim]` per layer, bound to the model."
     if not hasattr(self.model, "kv_cache_spec"): return self.kv_caches
     block_size = block_size or self.block_size
     if block_size != self.block_size:
         raise ValueError(f"block_size {block_size} differs from the runner's {self.block_size}")
     num_layers, num_kv_heads, head_dim, dtype = self.model.kv_cache_spec()
-    self.kv_caches = [torch.zeros(num_blocks, 2, block_size, num_kv_heads, head_dim, dtype=dtype, device=self.device)
+    self.kv_caches = [torch.zeros(num_blocks, 2, block_size, num_kv_heads, head_dim, dtype=dtype,
+                                  device=self.device)
                       for _ in range(num_layers)]
     self.model.bind_kv_caches(self.kv_caches)
     return self.kv_caches
@@ -97,29 +56,119 @@ def initialize_kv_cache(self: ModelRunner, num_blocks: int, block_size: int | No
 # %% ../nbs/10_model_runner.ipynb #d21d2a3f
 @patch
 def _tensor(self: ModelRunner, a: np.ndarray, dtype=None) -> torch.Tensor:
-    "A numpy array as a tensor on the runner's device."
-    return torch.from_numpy(np.ascontiguousarray(a)).to(device=self.device, dtype=dtype)
+    "A numpy array as a tensor on the runner's device (pinned, non-blocking copy on CUDA)."
+    return to_device(a, self.device, dtype)
 
 @patch
 def build_attn_metadata(self: ModelRunner, bi: BatchInputs) -> AttentionMetadata:
     "Attention metadata (tensors on the device) for one step's flat inputs."
     block_table = self.input_batch.block_table.block_table[:len(bi.seq_lens)]
-    return to_attn_metadata(bi.query_start_loc, bi.seq_lens, block_table, bi.slot_mapping, self.device)
+    return to_attn_metadata(bi.query_start_loc, bi.seq_lens, block_table, bi.slot_mapping,
+                            self.device)
+
+# %% ../nbs/10_model_runner.ipynb #cb265666
+# positions per compute_logits call: 512 x a 152k vocab x fp32 = 311 MB
+PROMPT_LOGPROBS_CHUNK = 512
+
+@patch
+def _prompt_logprobs_plan(self: ModelRunner, bi: BatchInputs,
+                          num_scheduled: np.ndarray) -> list[tuple]:
+    "Per row owing prompt logprobs: (req_id, k, flat token indices, next prompt ids, completes)."
+    ib, plan = self.input_batch, []
+    for row, req_id in enumerate(ib.req_ids):
+        k = self.num_prompt_logprobs.get(req_id)
+        if k is None: continue
+        start, n_prompt = int(ib.num_computed_tokens_cpu[row]), int(ib.num_prompt_tokens[row])
+        # positions with a next prompt token
+        num_logits = min(int(num_scheduled[row]), n_prompt - 1 - start)
+        if start == 0: self.in_progress_prompt_logprobs[req_id] = LogprobsLists()  # (re)started
+        flat = int(bi.query_start_loc[row]) + np.arange(max(num_logits, 0))
+        targets = ib.token_ids_cpu[row, start + 1:start + 1 + max(num_logits, 0)]
+        plan.append((req_id, k, flat, targets, start + int(num_scheduled[row]) >= n_prompt))
+    return plan
+
+@patch
+def _compute_prompt_logprobs(self: ModelRunner, hidden: torch.Tensor, plan: list[tuple]):
+    "Device `LogprobsTensors` pieces for every planned prompt position (None if there are none)."
+    flat = np.concatenate([f for _, _, f, _, _ in plan]) if plan else np.zeros(0, np.int64)
+    if len(flat) == 0: return None
+    targets = self._tensor(np.concatenate([t for _, _, _, t, _ in plan]), torch.int64)
+    flat_t, k = self._tensor(flat, torch.int64), max(k for _, k, _, _, _ in plan)
+    pieces = []
+    for s in range(0, len(flat), PROMPT_LOGPROBS_CHUNK):
+        logits = self.model.compute_logits(hidden[flat_t[s:s + PROMPT_LOGPROBS_CHUNK]]).float()
+        pieces.append(gather_logprobs(logits.log_softmax(-1), k,
+                                      targets[s:s + PROMPT_LOGPROBS_CHUNK]))
+    return [torch.cat([getattr(p, f) for p in pieces]) for f in
+            ("logprob_token_ids", "logprobs", "selected_token_ranks")]
+
+# %% ../nbs/10_model_runner.ipynb #820c13dc
+@patch
+def _deliver_prompt_logprobs(self: ModelRunner, plan: list[tuple],
+                             host) -> dict[str, LogprobsLists]:
+    "Append this step's host rows to each request's rows; hand over those whose prompt completed."
+    done, offset = {}, 0
+    for req_id, k, flat, _, completes in plan:
+        rows = self.in_progress_prompt_logprobs[req_id]
+        for i in range(offset, offset + len(flat)):
+            rows.logprob_token_ids.append(host[0][i][:k + 1])
+            rows.logprobs.append(host[1][i][:k + 1])
+            rows.sampled_token_ranks.append(host[2][i])
+        offset += len(flat)
+        if completes:
+            done[req_id] = self.in_progress_prompt_logprobs.pop(req_id)
+            del self.num_prompt_logprobs[req_id]
+    return done
+
+# %% ../nbs/10_model_runner.ipynb #06bc64fa
+def to_host(tensors: list[torch.Tensor]) -> list[list]:
+    "Python lists of `tensors`, with a single wait for the device."
+    if not tensors: return []
+    device = tensors[0].device
+    if device.type != "cuda": return [t.tolist() for t in tensors]
+    bufs = [torch.empty(t.shape, dtype=t.dtype, pin_memory=True) for t in tensors]
+    for b, t in zip(bufs, tensors): b.copy_(t, non_blocking=True)
+    torch.cuda.current_stream(device).synchronize()       # the one sync of the step
+    return [b.tolist() for b in bufs]
 
 # %% ../nbs/10_model_runner.ipynb #77811ff9
+@patch
+def _start_prompt_logprobs(self: ModelRunner, scheduler_output):
+    "Track new requests that want prompt logprobs; forget finished ones."
+    for req_id in scheduler_output.finished_req_ids:
+        self.num_prompt_logprobs.pop(req_id,
+                                     None); self.in_progress_prompt_logprobs.pop(req_id, None)
+    for new in scheduler_output.scheduled_new_reqs:
+        k = new.sampling_params.prompt_logprobs if new.sampling_params is not None else None
+        if k is not None: self.num_prompt_logprobs[new.req_id] = k
+
 @patch
 @torch.no_grad()
 def execute_model(self: ModelRunner, scheduler_output) -> ModelRunnerOutput:
     "Run one scheduled step and return the sampled tokens (vLLM `execute_model`)."
     update_states(self.requests, self.input_batch, scheduler_output, self.device)
+    self._start_prompt_logprobs(scheduler_output)
     if scheduler_output.total_num_scheduled_tokens == 0: return EMPTY_MODEL_RUNNER_OUTPUT
     ib = self.input_batch
-    bi = prepare_inputs(ib, np.array([scheduler_output.num_scheduled_tokens[r] for r in ib.req_ids]))
-    hidden = self.model(self._tensor(bi.input_ids, torch.int64), self._tensor(bi.positions, torch.int64),
+    num_scheduled = np.array([scheduler_output.num_scheduled_tokens[r] for r in ib.req_ids])
+    bi = prepare_inputs(ib, num_scheduled)
+    hidden = self.model(self._tensor(bi.input_ids, torch.int64),
+                        self._tensor(bi.positions, torch.int64),
                         self.build_attn_metadata(bi))
     logits = self.model.compute_logits(hidden[self._tensor(bi.logits_indices)])
     out = self.sampler(logits, make_sampling_metadata(ib, bi.discard_request_indices, self.device))
-    sampled = bookkeeping_sync(self.requests, ib, out.sampled_token_ids.tolist(), bi.discard_request_indices)
-    logprobs = None if out.logprobs is None else [[lp] if toks else [] for lp, toks in zip(out.logprobs.tolist(), sampled)]
+    plan = self._prompt_logprobs_plan(bi, num_scheduled) if self.num_prompt_logprobs else []
+    prompt_lp = self._compute_prompt_logprobs(hidden, plan)
+    lt = out.logprobs_tensors
+    lp_parts = [] if lt is None else [lt.logprob_token_ids, lt.logprobs, lt.selected_token_ranks]
+    host = to_host([out.sampled_token_ids, *lp_parts, *(prompt_lp or [])])   # the one sync
+    sampled = bookkeeping_sync(self.requests, ib, host[0], bi.discard_request_indices)
+    logprobs = None
+    if lt is not None:
+        ks = [int(k) if toks else -1 for k, toks in zip(ib.num_logprobs[:ib.num_reqs], sampled)]
+        logprobs = LogprobsLists([r[:k + 1] for r, k in zip(host[1], ks)],
+                                 [r[:k + 1] for r, k in zip(host[2], ks)], host[3])
+    prompt_logprobs = self._deliver_prompt_logprobs(plan, host[-3:] if prompt_lp else [[], [], []])
     req_ids = ib.req_ids
-    return ModelRunnerOutput(req_ids, {r: i for i, r in enumerate(req_ids)}, sampled, logprobs)
+    return ModelRunnerOutput(req_ids, {r: i for i, r in enumerate(req_ids)}, sampled, logprobs,
+                             prompt_logprobs)

@@ -9,7 +9,8 @@ from .request import Request, SamplingParams
 
 # %% auto #0
 __all__ = ['SCHEDULER_OUTPUT_FIELDS', 'EMPTY_MODEL_RUNNER_OUTPUT', 'NewRequestData', 'CachedRequestData', 'SchedulerOutput',
-           'ModelRunnerOutput', 'EngineCoreOutput', 'PrefixCacheStats', 'SchedulerStats', 'EngineCoreOutputs']
+           'Logprob', 'LogprobsLists', 'ModelRunnerOutput', 'EngineCoreOutput', 'PrefixCacheStats', 'SchedulerStats',
+           'EngineCoreOutputs']
 
 # %% ../nbs/01_scheduler_output.ipynb #b7ce2bc4
 @dataclass
@@ -33,7 +34,6 @@ class CachedRequestData:
     "Already-seen requests scheduled this step: parallel lists of per-request diffs."
     req_ids: list[str] = field(default_factory=list)
     resumed_req_ids: set[str] = field(default_factory=set)
-    new_token_ids: list[list[int]] = field(default_factory=list)
     all_token_ids: dict[str, list[int]] = field(default_factory=dict)
     new_block_ids: list[list[int] | None] = field(default_factory=list)
     num_computed_tokens: list[int] = field(default_factory=list)
@@ -65,10 +65,13 @@ class SchedulerOutput:
     scheduled_cached_reqs: CachedRequestData = field(default_factory=CachedRequestData)
     num_scheduled_tokens: dict[str, int] = field(default_factory=dict)
     total_num_scheduled_tokens: int = 0
-    scheduled_spec_decode_tokens: dict[str, list[int]] = field(default_factory=dict)
-    num_common_prefix_blocks: int = 0
     finished_req_ids: set[str] = field(default_factory=set)
     preempted_req_ids: set[str] = field(default_factory=set)
+    # Kept only for parity with vLLM's SchedulerOutput (so code and traces read the same);
+    # minivllm has no speculative decoding and no cascade attention, so these stay empty / 0
+    # and nothing reads them.
+    scheduled_spec_decode_tokens: dict[str, list[int]] = field(default_factory=dict)
+    num_common_prefix_blocks: int = 0
 
     @classmethod
     def make_empty(cls) -> SchedulerOutput:
@@ -77,38 +80,72 @@ class SchedulerOutput:
 
 # %% ../nbs/01_scheduler_output.ipynb #584f5106
 SCHEDULER_OUTPUT_FIELDS = {
-    "scheduled_new_reqs": ("WAITING requests admitted by schedule()",
-                           "create the worker's CachedRequestState: prompt, sampling params, block table",
-                           "new every step; a request appears here only the first time it is scheduled"),
-    "scheduled_cached_reqs": ("RUNNING (and resumed) requests scheduled this step",
-                              "find the worker's cached request; append or replace block ids; set start positions",
-                              "new every step"),
+    "scheduled_new_reqs": (
+        "WAITING requests admitted by schedule()",
+        "create the worker's CachedRequestState: prompt, sampling params, block table",
+        "new every step; a request appears here only the first time it is scheduled"),
+    "scheduled_cached_reqs": (
+        "RUNNING (and resumed) requests scheduled this step",
+        "find the worker's cached request; append or replace block ids; set start positions",
+        "new every step"),
     "num_scheduled_tokens": ("num_tokens - num_computed_tokens, clamped by the token budget",
                              "how many tokens each request runs in this forward pass",
                              "computed inside schedule()"),
-    "total_num_scheduled_tokens": ("sum(num_scheduled_tokens.values())",
-                                   "whether to run the model at all; size of the flat input buffers",
-                                   "computed inside schedule()"),
-    "scheduled_spec_decode_tokens": ("draft tokens (speculative decoding)", "verify drafts (always empty here)",
-                                     "computed inside schedule()"),
-    "num_common_prefix_blocks": ("KVCacheManager.get_num_common_prefix_blocks(running[0])",
-                                 "cascade attention over a shared prefix (unused here)",
-                                 "computed inside schedule()"),
+    "total_num_scheduled_tokens": (
+        "sum(num_scheduled_tokens.values())",
+        "whether to run the model at all; size of the flat input buffers",
+        "computed inside schedule()"),
     "finished_req_ids": ("_free_request() and aborts since the previous schedule()",
                          "drop cached state and persistent-batch rows",
                          "shipped with the next output, then reset to a fresh empty set"),
-    "preempted_req_ids": ("requests preempted during this schedule()", "(informational; rows are dropped anyway)",
-                          "computed inside schedule()"),
+    "preempted_req_ids": ("requests preempted during this schedule()",
+                          "(informational; rows are dropped anyway)", "computed inside schedule()"),
+    "scheduled_spec_decode_tokens": ("draft tokens (speculative decoding; none here)",
+                                     "verify drafts (always empty here)", "vLLM parity only"),
+    "num_common_prefix_blocks": ("blocks shared by every running request (vLLM: cascade attention)",
+                                 "nothing here: always 0", "vLLM parity only"),
 }
 
 # %% ../nbs/01_scheduler_output.ipynb #7f6a46fe
+@dataclass
+class Logprob:
+    "One token's log-probability, its rank (1 = most likely) and its text (vLLM `Logprob`)."
+    logprob: float
+    rank: int | None = None
+    decoded_token: str | None = None
+
+@dataclass
+class LogprobsLists:
+    "Top-k logprobs of several positions, one row each: `[chosen token, top1, ..., topk]`."
+    logprob_token_ids: list[list[int]] = field(default_factory=list)
+    logprobs: list[list[float]] = field(default_factory=list)
+    sampled_token_ranks: list[int] = field(default_factory=list)   # rank of each row's first token
+
+    def __len__(self) -> int: return len(self.logprob_token_ids)
+
+    def slice(self, start: int, end: int) -> LogprobsLists:
+        "Rows `start:end` (one request's positions out of a batch)."
+        return LogprobsLists(self.logprob_token_ids[start:end], self.logprobs[start:end],
+                             self.sampled_token_ranks[start:end])
+
+    def to_dicts(self) -> list[dict[int, Logprob]]:
+        "One `{token_id: Logprob}` per row, as `CompletionOutput.logprobs` holds them."
+        out = []
+        for ids, lps, rank in zip(self.logprob_token_ids, self.logprobs, self.sampled_token_ranks):
+            d = {ids[0]: Logprob(lps[0], rank)}
+            for r, (t, lp) in enumerate(zip(ids[1:], lps[1:]), 1): d.setdefault(t, Logprob(lp, r))
+            out.append(d)
+        return out
+
+# %% ../nbs/01_scheduler_output.ipynb #325f1896
 @dataclass
 class ModelRunnerOutput:
     "What the worker returns for one step: sampled token ids per request (in batch row order)."
     req_ids: list[str] = field(default_factory=list)
     req_id_to_index: dict[str, int] = field(default_factory=dict)
     sampled_token_ids: list[list[int]] = field(default_factory=list)
-    logprobs: list[list[float]] | None = None
+    logprobs: LogprobsLists | None = None
+    prompt_logprobs_dict: dict[str, LogprobsLists] = field(default_factory=dict)
 
     @classmethod
     def from_samples(cls, samples: dict[str, list[int]]) -> ModelRunnerOutput:
@@ -127,7 +164,8 @@ class EngineCoreOutput:
     finish_reason: str | None = None
     stop_reason: int | str | None = None
     num_cached_tokens: int = 0
-    new_logprobs: list[float] | None = None
+    new_logprobs: LogprobsLists | None = None
+    new_prompt_logprobs: LogprobsLists | None = None
 
     @property
     def finished(self) -> bool: return self.finish_reason is not None
@@ -147,7 +185,8 @@ class PrefixCacheStats:
     def record(self, num_tokens: int, num_hits: int, preempted: bool) -> None:
         "Count one lookup of `num_tokens` tokens that hit `num_hits` of them."
         if preempted:
-            self.preempted_requests += 1; self.preempted_queries += num_tokens; self.preempted_hits += num_hits
+            self.preempted_requests += 1; self.preempted_queries += num_tokens
+            self.preempted_hits += num_hits
         else:
             self.requests += 1; self.queries += num_tokens; self.hits += num_hits
 

@@ -18,39 +18,72 @@ _GREEDY_EPS = 1e-5
 
 @dataclass
 class SamplingParams:
-    "How one request samples tokens and when it stops (vLLM's `SamplingParams`, text-only subset)."
+    "How one request samples tokens and when it stops (vLLM's `SamplingParams`, text subset)."
+    n: int = 1
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0
-    max_tokens: int = 16
-    min_tokens: int = 0
+    min_p: float = 0.0
+    seed: int | None = None
+    stop: str | list[str] | None = None
     stop_token_ids: list[int] | None = None
     ignore_eos: bool = False
-    seed: int | None = None
+    max_tokens: int = 16
+    min_tokens: int = 0
     logprobs: int | None = None
+    prompt_logprobs: int | None = None
+    skip_special_tokens: bool = True
+    include_stop_str_in_output: bool = False
 
     def __post_init__(self):
+        self.stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
         self.stop_token_ids = list(self.stop_token_ids or [])
+        if self.top_k == -1: self.top_k = 0      # vLLM accepts -1 and 0 for "no top-k"
         for name, ok, rule in self._checks():
-            if not ok: raise ValueError(f"SamplingParams.{name} {rule}, got {getattr(self, name)!r}")
+            if not ok:
+                raise ValueError(f"SamplingParams.{name} {rule}, got {getattr(self, name)!r}")
+        if self.n > 1 and self.is_greedy:
+            raise ValueError(f"n must be 1 when using greedy sampling, got {self.n}")
 
-    def _checks(self):
-        "(field, holds, rule) triples validated at construction."
-        return [("temperature", self.temperature >= 0, "must be >= 0"),
-                ("top_p", 0 < self.top_p <= 1, "must be in (0, 1]"),
-                ("top_k", isinstance(self.top_k, int), "must be an int (<= 0 disables top-k)"),
-                ("max_tokens", isinstance(self.max_tokens, int) and self.max_tokens >= 1, "must be an int >= 1"),
-                ("min_tokens", 0 <= self.min_tokens <= self.max_tokens, "must be in [0, max_tokens]"),
-                ("stop_token_ids", all(isinstance(t, int) and t >= 0 for t in self.stop_token_ids),
-                 "must be non-negative ints"),
-                ("seed", self.seed is None or isinstance(self.seed, int), "must be None or an int"),
-                ("logprobs", self.logprobs is None or (isinstance(self.logprobs, int) and self.logprobs >= 0),
-                 "must be None or an int >= 0")]
+# %% ../nbs/00_request.ipynb #e8d93fa1
+def _is_int(x) -> bool: return isinstance(x, int) and not isinstance(x, bool)
 
-    @property
-    def is_greedy(self) -> bool:
-        "True when the sampler takes the argmax (`temperature < 1e-5`)."
-        return self.temperature < _GREEDY_EPS
+def _num_logprobs_ok(k) -> bool:
+    "None, or a count >= 0 (vLLM's -1, 'the whole vocabulary', is refused: say a number)."
+    return k is None or (_is_int(k) and k >= 0)
+
+@patch
+def _checks(self: SamplingParams):
+    "(field, holds, rule) triples validated at construction, with vLLM's bounds."
+    return [
+        ("n", _is_int(self.n) and self.n >= 1, "must be an int >= 1"),
+        ("presence_penalty", -2 <= self.presence_penalty <= 2, "must be in [-2, 2]"),
+        ("frequency_penalty", -2 <= self.frequency_penalty <= 2, "must be in [-2, 2]"),
+        ("repetition_penalty", self.repetition_penalty > 0, "must be > 0"),
+        ("temperature", self.temperature >= 0, "must be >= 0"),
+        ("top_p", 0 < self.top_p <= 1, "must be in (0, 1]"),
+        ("top_k", _is_int(self.top_k) and self.top_k >= 0, "must be 0 or -1 (disable), or >= 1"),
+        ("min_p", 0 <= self.min_p <= 1, "must be in [0, 1]"),
+        ("seed", self.seed is None or _is_int(self.seed), "must be None or an int"),
+        ("stop", all(isinstance(s, str) and s for s in self.stop), "must be non-empty strings"),
+        ("stop_token_ids", all(_is_int(t) and t >= 0 for t in self.stop_token_ids),
+         "must be non-negative ints"),
+        ("max_tokens", _is_int(self.max_tokens) and self.max_tokens >= 1, "must be an int >= 1"),
+        ("min_tokens", _is_int(self.min_tokens) and 0 <= self.min_tokens <= self.max_tokens,
+         "must be in [0, max_tokens]"),
+        ("logprobs", _num_logprobs_ok(self.logprobs),
+         "must be None or an int >= 0 (-1, the whole vocabulary, is not supported)"),
+        ("prompt_logprobs", _num_logprobs_ok(self.prompt_logprobs),
+         "must be None or an int >= 0 (-1, the whole vocabulary, is not supported)"),
+    ]
+
+@patch(as_prop=True)
+def is_greedy(self: SamplingParams) -> bool:
+    "True when the sampler takes the argmax (`temperature < 1e-5`)."
+    return self.temperature < _GREEDY_EPS
 
 # %% ../nbs/00_request.ipynb #9fb21e65
 class RequestStatus(enum.IntEnum):
@@ -61,7 +94,6 @@ class RequestStatus(enum.IntEnum):
     FINISHED_STOPPED = enum.auto()
     FINISHED_LENGTH_CAPPED = enum.auto()
     FINISHED_ABORTED = enum.auto()
-    FINISHED_IGNORED = enum.auto()
 
     def __str__(self): return self.name
 
@@ -75,8 +107,9 @@ class RequestStatus(enum.IntEnum):
         "The user-facing finish reason: 'stop', 'length', 'abort', or None while unfinished."
         return _FINISHED_REASONS.get(status)
 
-_FINISHED_REASONS = {RequestStatus.FINISHED_STOPPED: "stop", RequestStatus.FINISHED_LENGTH_CAPPED: "length",
-                     RequestStatus.FINISHED_ABORTED: "abort", RequestStatus.FINISHED_IGNORED: "length"}
+_FINISHED_REASONS = {RequestStatus.FINISHED_STOPPED: "stop",
+                     RequestStatus.FINISHED_LENGTH_CAPPED: "length",
+                     RequestStatus.FINISHED_ABORTED: "abort"}
 
 # %% ../nbs/00_request.ipynb #86f6705a
 class ConstantList(Sequence):
@@ -91,8 +124,10 @@ class ConstantList(Sequence):
 # %% ../nbs/00_request.ipynb #d3460bc1
 class Request:
     "The scheduler's record of one request: tokens, progress (`num_computed_tokens`) and status."
-    def __init__(self, request_id: str, prompt_token_ids: list[int], sampling_params: SamplingParams | None = None,
-                 eos_token_id: int | None = None, arrival_time: float | None = None, priority: int = 0,
+    def __init__(self, request_id: str, prompt_token_ids: list[int],
+                 sampling_params: SamplingParams | None = None,
+                 eos_token_id: int | None = None, arrival_time: float | None = None,
+                 priority: int = 0,
                  block_hasher: Callable[[Request], list[bytes]] | None = None):
         if not prompt_token_ids: raise ValueError(f"Request {request_id!r}: the prompt is empty")
         self.request_id, self.priority = request_id, priority
@@ -110,17 +145,24 @@ class Request:
         self.status = RequestStatus.WAITING
         self.stop_reason: int | str | None = None
         self.num_preemptions = 0
+        # vLLM's flag: positions served from the prefix cache produce no logits, so a request that
+        # wants prompt logprobs computes its whole prompt instead of reading cached blocks.
+        self.skip_reading_prefix_cache = self.sampling_params.prompt_logprobs is not None
         self.block_hashes: list[bytes] = []
         self.block_hasher = block_hasher
         self.update_block_hashes()
 
-    max_tokens = property(lambda self: self.sampling_params.max_tokens, doc="The request's `max_tokens`.")
+    max_tokens = property(lambda self: self.sampling_params.max_tokens,
+                          doc="The request's `max_tokens`.")
     num_tokens = property(lambda self: len(self._all_token_ids), doc="Prompt plus output tokens.")
-    num_output_tokens = property(lambda self: len(self._output_token_ids), doc="Tokens sampled so far.")
+    num_output_tokens = property(lambda self: len(self._output_token_ids),
+                                 doc="Tokens sampled so far.")
     num_tokens_with_spec = property(lambda self: self.num_tokens + len(self.spec_token_ids),
-                                    doc="`num_tokens` plus draft tokens (none without speculative decoding).")
-    output_token_ids = property(lambda self: ConstantList(self._output_token_ids), doc="Read-only view of the outputs.")
-    all_token_ids = property(lambda self: ConstantList(self._all_token_ids), doc="Read-only view of prompt + outputs.")
+                                    doc="`num_tokens` plus draft tokens (none here).")
+    output_token_ids = property(lambda self: ConstantList(self._output_token_ids),
+                                doc="Read-only view of the outputs.")
+    all_token_ids = property(lambda self: ConstantList(self._all_token_ids),
+                             doc="Read-only view of prompt + outputs.")
 
     def is_finished(self) -> bool:
         "True once the request has a FINISHED_* status."

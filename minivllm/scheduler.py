@@ -22,7 +22,7 @@ __all__ = ['SchedulerConfig', 'CacheConfig', 'FCFSRequestQueue', 'PriorityReques
 # %% ../nbs/04_scheduler.ipynb #2c11d601
 @dataclass
 class SchedulerConfig:
-    "Token budget, request slots, sequence limit, chunking and queue policy (vLLM's `SchedulerConfig`)."
+    "Token budget, request slots, sequence limit, chunking, queue policy (vLLM `SchedulerConfig`)."
     max_num_batched_tokens: int = 2048
     max_num_seqs: int = 128
     max_model_len: int = 2048
@@ -32,16 +32,20 @@ class SchedulerConfig:
 
     def __post_init__(self):
         for name in ("max_num_batched_tokens", "max_num_seqs", "max_model_len"):
-            if getattr(self, name) < 1: raise ValueError(f"SchedulerConfig.{name} must be >= 1, got {getattr(self, name)}")
+            if getattr(self, name) < 1:
+                raise ValueError(f"SchedulerConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.long_prefill_token_threshold < 0:
-            raise ValueError(f"SchedulerConfig.long_prefill_token_threshold must be >= 0 (0 = off), "
+            raise ValueError("SchedulerConfig.long_prefill_token_threshold must be >= 0 (0 = off), "
                              f"got {self.long_prefill_token_threshold}")
         if self.policy not in ("fcfs", "priority"):
-            raise ValueError(f"SchedulerConfig.policy must be 'fcfs' or 'priority', got {self.policy!r}")
+            raise ValueError(
+                f"SchedulerConfig.policy must be 'fcfs' or 'priority', got {self.policy!r}")
         if not self.enable_chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
-            raise ValueError(f"with enable_chunked_prefill=False, max_num_batched_tokens ({self.max_num_batched_tokens}) "
-                             f"must be >= max_model_len ({self.max_model_len}), or a long prompt could never be "
-                             "scheduled: raise max_num_batched_tokens, lower max_model_len or enable chunked prefill")
+            raise ValueError(
+                f"with enable_chunked_prefill=False, max_num_batched_tokens "
+                f"({self.max_num_batched_tokens}) must be >= max_model_len ({self.max_model_len}), "
+                "or a long prompt could never be scheduled: raise max_num_batched_tokens, lower "
+                "max_model_len or enable chunked prefill")
 
 @dataclass
 class CacheConfig:
@@ -51,11 +55,12 @@ class CacheConfig:
     enable_prefix_caching: bool = True
 
     def __post_init__(self):
-        if self.block_size < 1: raise ValueError(f"CacheConfig.block_size must be >= 1, got {self.block_size}")
+        if self.block_size < 1:
+            raise ValueError(f"CacheConfig.block_size must be >= 1, got {self.block_size}")
 
 # %% ../nbs/04_scheduler.ipynb #0cc4d988
 class FCFSRequestQueue(deque):
-    "Waiting queue in arrival order; preempted requests go back to the front (vLLM's `FCFSRequestQueue`)."
+    "Waiting queue in arrival order; preempted requests go back to the front (vLLM's)."
     def add_request(self, request: Request) -> None:
         "Queue `request` at the back."
         self.append(request)
@@ -87,7 +92,7 @@ def _priority_key(request: Request) -> tuple:
     return (request.priority, request.arrival_time, request.request_id)
 
 class PriorityRequestQueue:
-    "Waiting queue as a heap on `(priority, arrival_time, request_id)` (vLLM's `PriorityRequestQueue`)."
+    "Waiting queue as a heap on `(priority, arrival_time, request_id)` (vLLM's)."
     def __init__(self): self._heap: list[tuple[tuple, Request]] = []
     def add_request(self, request: Request) -> None:
         "Push `request`; its key decides its place."
@@ -116,7 +121,8 @@ class PriorityRequestQueue:
 
     def __len__(self) -> int: return len(self._heap)
     def __bool__(self) -> bool: return bool(self._heap)
-    def __iter__(self) -> Iterator[Request]: return (r for _, r in sorted(self._heap, key=lambda e: e[0]))
+    def __iter__(self) -> Iterator[Request]: return (r for _,
+                                                     r in sorted(self._heap, key=lambda e: e[0]))
 
 def create_request_queue(policy: str) -> FCFSRequestQueue | PriorityRequestQueue:
     "The waiting queue for `policy` ('fcfs' or 'priority')."
@@ -126,16 +132,20 @@ def create_request_queue(policy: str) -> FCFSRequestQueue | PriorityRequestQueue
 
 # %% ../nbs/04_scheduler.ipynb #09de2956
 class Scheduler:
-    "vLLM V1's scheduler: token budget, running-first scanning, chunked prefill, prefix hits and preemption."
-    def __init__(self, scheduler_config: SchedulerConfig, cache_config: CacheConfig, log_stats: bool = True):
-        self.scheduler_config, self.cache_config, self.log_stats = scheduler_config, cache_config, log_stats
+    "vLLM V1's scheduler: token budget, running first, chunked prefill, prefix hits, preemption."
+    def __init__(self, scheduler_config: SchedulerConfig, cache_config: CacheConfig,
+                 log_stats: bool = True):
+        self.scheduler_config, self.cache_config = scheduler_config, cache_config
+        self.log_stats = log_stats
         self.max_num_running_reqs = scheduler_config.max_num_seqs
         self.max_num_scheduled_tokens = scheduler_config.max_num_batched_tokens
         self.max_model_len, self.policy = scheduler_config.max_model_len, scheduler_config.policy
         self.block_size = cache_config.block_size
         self._check_kv_capacity()
-        self.kv_cache_manager = KVCacheManager(cache_config.num_gpu_blocks, self.block_size, self.max_model_len,
-                                               enable_caching=cache_config.enable_prefix_caching, log_stats=log_stats)
+        self.kv_cache_manager = KVCacheManager(cache_config.num_gpu_blocks, self.block_size,
+                                               self.max_model_len,
+                                               enable_caching=cache_config.enable_prefix_caching,
+                                               log_stats=log_stats)
         self.requests: dict[str, Request] = {}
         self.waiting = create_request_queue(self.policy)
         self.running: list[Request] = []
@@ -145,21 +155,25 @@ class Scheduler:
     def _check_kv_capacity(self) -> None:
         "`ValueError` unless the pool (minus the null block) holds one `max_model_len` sequence."
         n = self.cache_config.num_gpu_blocks
-        if n is None: raise ValueError("CacheConfig.num_gpu_blocks must be set before building a Scheduler")
+        if n is None:
+            raise ValueError("CacheConfig.num_gpu_blocks must be set before building a Scheduler")
         need = cdiv(self.max_model_len, self.block_size)
         if n - 1 < need:
             raise ValueError(f"the KV cache has {n - 1} usable blocks of {self.block_size} tokens "
-                             f"({(n - 1) * self.block_size} tokens) but one max_model_len={self.max_model_len} sequence "
-                             f"needs {need} blocks: set num_gpu_blocks >= {need + 1} or max_model_len <= "
+                             f"({(n - 1) * self.block_size} tokens) but one "
+                             f"max_model_len={self.max_model_len} sequence needs {need} blocks: "
+                             f"set num_gpu_blocks >= {need + 1} or max_model_len <= "
                              f"{max(n - 1, 0) * self.block_size}")
 
     def add_request(self, request: Request) -> None:
         "Validate `request`, give it a block hasher if needed, and queue it as WAITING."
         if request.request_id in self.requests:
-            raise ValueError(f"request id {request.request_id!r} is already in use: give every request a unique id")
+            raise ValueError(f"request id {request.request_id!r} is already in use: "
+                             "give every request a unique id")
         if request.num_prompt_tokens >= self.max_model_len:
-            raise ValueError(f"request {request.request_id!r}: the prompt has {request.num_prompt_tokens} tokens but "
-                             f"max_model_len is {self.max_model_len}, leaving no room for an output token: shorten "
+            raise ValueError(f"request {request.request_id!r}: the prompt has "
+                             f"{request.num_prompt_tokens} tokens but max_model_len is "
+                             f"{self.max_model_len}, leaving no room for an output token: shorten "
                              f"the prompt below {self.max_model_len} tokens or raise max_model_len")
         if self.cache_config.enable_prefix_caching and request.block_hasher is None:
             request.block_hasher = get_request_block_hasher(self.block_size)
@@ -169,7 +183,8 @@ class Scheduler:
 
 # %% ../nbs/04_scheduler.ipynb #a225e4cc
 @patch
-def _num_new_tokens(self: Scheduler, request: Request, num_new_tokens: int, token_budget: int) -> int:
+def _num_new_tokens(self: Scheduler, request: Request, num_new_tokens: int,
+                    token_budget: int) -> int:
     "Clamp a debt by the long-prefill threshold, the remaining budget and `max_model_len`."
     threshold = self.scheduler_config.long_prefill_token_threshold
     if 0 < threshold < num_new_tokens: num_new_tokens = threshold
@@ -203,7 +218,7 @@ class _StepPlan:
 # %% ../nbs/04_scheduler.ipynb #48bb80ae
 @patch
 def _pick_victim(self: Scheduler) -> Request:
-    "Remove and return the request to preempt: FCFS the tail of `running`, priority the max (priority, arrival)."
+    "Pop a victim: FCFS the tail of `running`, priority the max (priority, arrival)."
     if self.policy == "priority":
         victim = max(self.running, key=lambda r: (r.priority, r.arrival_time))
         self.running.remove(victim)
@@ -213,7 +228,8 @@ def _pick_victim(self: Scheduler) -> Request:
 @patch
 def _preempt_request(self: Scheduler, request: Request) -> None:
     "Free `request`'s blocks, reset its progress and put it back at the front of `waiting`."
-    assert request.status == RequestStatus.RUNNING, f"only running requests are preempted: {request}"
+    assert request.status == RequestStatus.RUNNING, \
+        f"only running requests are preempted: {request}"
     self.kv_cache_manager.free(request)
     request.status = RequestStatus.PREEMPTED
     request.num_computed_tokens = 0
@@ -225,10 +241,11 @@ def _preempt_request(self: Scheduler, request: Request) -> None:
 @patch
 def _allocate_or_preempt(self: Scheduler, request: Request, num_new_tokens: int, plan: _StepPlan,
                          req_index: int) -> tuple[KVCacheBlocks | None, int]:
-    "`allocate_slots`, preempting victims until it succeeds; `(None, req_index)` if `request` preempted itself."
+    "`allocate_slots`, preempting until it succeeds; `(None, req_index)` if it preempted itself."
     while (new_blocks := self.kv_cache_manager.allocate_slots(request, num_new_tokens)) is None:
         victim = self._pick_victim()
-        if victim.request_id in plan.num_scheduled_tokens:  # priority only: already granted this step
+        # priority only: already granted this step
+        if victim.request_id in plan.num_scheduled_tokens:
             plan.undo(victim)
             req_index -= 1
         self._preempt_request(victim)
@@ -242,7 +259,8 @@ def _schedule_running(self: Scheduler, plan: _StepPlan) -> None:
     req_index = 0
     while req_index < len(self.running) and plan.token_budget > 0:
         request = self.running[req_index]
-        debt = request.num_tokens_with_spec + request.num_output_placeholders - request.num_computed_tokens
+        debt = (request.num_tokens_with_spec + request.num_output_placeholders
+                - request.num_computed_tokens)
         num_new_tokens = self._num_new_tokens(request, debt, plan.token_budget)
         if num_new_tokens == 0:  # nothing to do now: skip it, do not stop
             req_index += 1
@@ -255,7 +273,8 @@ def _schedule_running(self: Scheduler, plan: _StepPlan) -> None:
 
 # %% ../nbs/04_scheduler.ipynb #6cd7d3c8
 @patch
-def _admit(self: Scheduler, request: Request, num_new_tokens: int, num_computed_tokens: int, plan: _StepPlan) -> None:
+def _admit(self: Scheduler, request: Request, num_new_tokens: int, num_computed_tokens: int,
+           plan: _StepPlan) -> None:
     "Move the head of `waiting` to `running` with its grant; classify it as new or resumed."
     self.waiting.pop_request()
     self.running.append(request)
@@ -274,16 +293,23 @@ def _schedule_waiting(self: Scheduler, plan: _StepPlan) -> None:
         if len(self.running) == self.max_num_running_reqs: break
         request = self.waiting.peek_request()
         assert request.num_computed_tokens == 0, "waiting requests start from 0 (no KV connector)"
-        new_computed_blocks, num_computed_tokens = self.kv_cache_manager.get_computed_blocks(request)
+        kvm = self.kv_cache_manager
+        if request.skip_reading_prefix_cache:   # prompt logprobs need every position's logits
+            new_computed_blocks, num_computed_tokens = kvm.empty_kv_cache_blocks, 0
+        else:
+            new_computed_blocks, num_computed_tokens = kvm.get_computed_blocks(request)
         num_new_tokens = request.num_tokens - num_computed_tokens
         threshold = self.scheduler_config.long_prefill_token_threshold
         if 0 < threshold < num_new_tokens: num_new_tokens = threshold
-        if not self.scheduler_config.enable_chunked_prefill and num_new_tokens > plan.token_budget: break
+        if not self.scheduler_config.enable_chunked_prefill and num_new_tokens > plan.token_budget:
+            break
         num_new_tokens = min(num_new_tokens, plan.token_budget)
-        new_blocks = self.kv_cache_manager.allocate_slots(request, num_new_tokens, num_computed_tokens,
+        new_blocks = self.kv_cache_manager.allocate_slots(request, num_new_tokens,
+                                                          num_computed_tokens,
                                                           new_computed_blocks)
         if new_blocks is None: break
-        self.kv_cache_manager.record_prefix_cache_stats(request, num_computed_tokens)
+        if not request.skip_reading_prefix_cache:
+            self.kv_cache_manager.record_prefix_cache_stats(request, num_computed_tokens)
         self._admit(request, num_new_tokens, num_computed_tokens, plan)
 
 # %% ../nbs/04_scheduler.ipynb #6584a7d6
@@ -305,13 +331,13 @@ def _make_output(self: Scheduler, plan: _StepPlan) -> SchedulerOutput:
     total = sum(plan.num_scheduled_tokens.values())
     assert total <= self.max_num_scheduled_tokens and plan.token_budget >= 0
     assert len(self.running) <= self.max_num_running_reqs
-    num_common_prefix_blocks = (self.kv_cache_manager.get_num_common_prefix_blocks(self.running[0].request_id)
-                                if self.running else 0)
-    new_reqs_data = [NewRequestData.from_request(r, plan.req_to_new_blocks[r.request_id].get_block_ids())
+    blocks = plan.req_to_new_blocks
+    new_reqs_data = [NewRequestData.from_request(r, blocks[r.request_id].get_block_ids())
                      for r in plan.scheduled_new_reqs]
-    out = SchedulerOutput(scheduled_new_reqs=new_reqs_data, scheduled_cached_reqs=self._make_cached_request_data(plan),
-                          num_scheduled_tokens=plan.num_scheduled_tokens, total_num_scheduled_tokens=total,
-                          scheduled_spec_decode_tokens={}, num_common_prefix_blocks=num_common_prefix_blocks,
+    out = SchedulerOutput(scheduled_new_reqs=new_reqs_data,
+                          scheduled_cached_reqs=self._make_cached_request_data(plan),
+                          num_scheduled_tokens=plan.num_scheduled_tokens,
+                          total_num_scheduled_tokens=total,
                           finished_req_ids=self.finished_req_ids,
                           preempted_req_ids={r.request_id for r in plan.preempted_reqs})
     self.prev_step_scheduled_req_ids = set(plan.num_scheduled_tokens)
@@ -319,7 +345,7 @@ def _make_output(self: Scheduler, plan: _StepPlan) -> SchedulerOutput:
 
 @patch
 def _update_after_schedule(self: Scheduler, scheduler_output: SchedulerOutput) -> None:
-    "Optimistically advance `num_computed_tokens`; hand `finished_req_ids` over and start a fresh set."
+    "Optimistically advance `num_computed_tokens`; hand `finished_req_ids` over, start a fresh set."
     for req_id, n in scheduler_output.num_scheduled_tokens.items():
         self.requests[req_id].num_computed_tokens += n
     self.finished_req_ids = set()
@@ -340,7 +366,8 @@ def check_stop(request: Request, max_model_len: int) -> bool:
     "Set a FINISHED status and return True if `request`'s last token ends it (vLLM's order)."
     sp = request.sampling_params
     if request.num_tokens >= max_model_len and request.num_output_tokens < sp.min_tokens:
-        request.status = RequestStatus.FINISHED_LENGTH_CAPPED  # cannot grow: stop despite min_tokens
+        # cannot grow: stop despite min_tokens
+        request.status = RequestStatus.FINISHED_LENGTH_CAPPED
         return True
     if request.num_output_tokens < sp.min_tokens: return False
     last_token_id = request.output_token_ids[-1]
@@ -365,7 +392,8 @@ def _free_request(self: Scheduler, request: Request) -> None:
     del self.requests[request.request_id]
 
 @patch
-def _update_request_with_output(self: Scheduler, request: Request, new_token_ids: list[int]) -> tuple[list[int], bool]:
+def _update_request_with_output(self: Scheduler, request: Request,
+                                new_token_ids: list[int]) -> tuple[list[int], bool]:
     "Append tokens one at a time, stopping (and trimming) at the first stop condition."
     for num_new, token_id in enumerate(new_token_ids, 1):
         request.append_output_token_ids(token_id)
@@ -375,29 +403,37 @@ def _update_request_with_output(self: Scheduler, request: Request, new_token_ids
 # %% ../nbs/04_scheduler.ipynb #b31ba225
 @patch
 def _request_output(self: Scheduler, request: Request, token_ids: list[int], mro: ModelRunnerOutput,
-                    stopped: set[Request], stopped_preempted: set[Request]) -> EngineCoreOutput | None:
+                    stopped: set[Request],
+                    stopped_preempted: set[Request]) -> EngineCoreOutput | None:
     "Apply one request's sampled tokens; its `EngineCoreOutput`, or None for a partial prefill."
     status_before = request.status
-    new_token_ids, is_stopped = self._update_request_with_output(request, token_ids) if token_ids else ([], False)
+    new_token_ids, is_stopped = ([], False) if not token_ids else \
+        self._update_request_with_output(request, token_ids)
     if is_stopped:
         self._free_request(request)
         (stopped if status_before == RequestStatus.RUNNING else stopped_preempted).add(request)
     if not new_token_ids and not is_stopped: return None
-    logprobs = mro.logprobs[mro.req_id_to_index[request.request_id]] if mro.logprobs and new_token_ids else None
-    return EngineCoreOutput(request.request_id, new_token_ids, request.get_finished_reason(), request.stop_reason,
-                            max(request.num_cached_tokens, 0), logprobs)
+    sp, i = request.sampling_params, mro.req_id_to_index.get(request.request_id)
+    logprobs = (mro.logprobs.slice(i, i + len(new_token_ids))   # one row per kept token
+                if sp.logprobs is not None and mro.logprobs is not None and new_token_ids else None)
+    prompt_logprobs = (mro.prompt_logprobs_dict.get(request.request_id)
+                       if sp.prompt_logprobs is not None else None)
+    return EngineCoreOutput(request.request_id, new_token_ids, request.get_finished_reason(),
+                            request.stop_reason, max(request.num_cached_tokens, 0), logprobs,
+                            prompt_logprobs)
 
 @patch
 def update_from_output(self: Scheduler, scheduler_output: SchedulerOutput,
                        model_runner_output: ModelRunnerOutput) -> EngineCoreOutputs:
-    "Append sampled tokens, check stops, free finished requests; one `EngineCoreOutput` per request with news."
+    "Append sampled tokens, check stops, free finished requests; an `EngineCoreOutput` per request."
     outputs, stopped, stopped_preempted = [], set(), set()
     mro = model_runner_output
     for req_id in scheduler_output.num_scheduled_tokens:
         request = self.requests.get(req_id)
         if request is None or request.is_finished(): continue  # aborted while the step ran
         idx = mro.req_id_to_index.get(req_id)
-        token_ids = list(mro.sampled_token_ids[idx]) if idx is not None and mro.sampled_token_ids else []
+        has_tokens = idx is not None and mro.sampled_token_ids
+        token_ids = list(mro.sampled_token_ids[idx]) if has_tokens else []
         out = self._request_output(request, token_ids, mro, stopped, stopped_preempted)
         if out is not None: outputs.append(out)
     if stopped: self.running = [r for r in self.running if r not in stopped]
@@ -412,7 +448,8 @@ def finish_requests(self: Scheduler, request_ids: str | Iterable[str] | None,
     assert RequestStatus.is_finished(finished_status), f"{finished_status} is not a finished status"
     if request_ids is None: request_ids = list(self.requests)
     elif isinstance(request_ids, str): request_ids = [request_ids]
-    reqs = [r for rid in request_ids if (r := self.requests.get(rid)) is not None and not r.is_finished()]
+    reqs = [r for rid in request_ids
+            if (r := self.requests.get(rid)) is not None and not r.is_finished()]
     running = {id(r) for r in reqs if r.status == RequestStatus.RUNNING}
     if running: self.running = [r for r in self.running if id(r) not in running]
     self.waiting.remove_requests([r for r in reqs if id(r) not in running])
@@ -433,13 +470,13 @@ def has_unfinished_requests(self: Scheduler) -> bool:
 
 @patch
 def has_requests(self: Scheduler) -> bool:
-    "True while there is work: unfinished requests, or finished ids the worker has not been told about."
+    "True while there is work: unfinished requests, or finished ids the worker does not know yet."
     return self.has_unfinished_requests() or bool(self.finished_req_ids)
 
 # %% ../nbs/04_scheduler.ipynb #45f084ca
 @patch
 def make_stats(self: Scheduler) -> SchedulerStats | None:
-    "Queue lengths, KV usage and the prefix-cache stats since the last call (None if `log_stats` is off)."
+    "Queue lengths, KV usage, prefix-cache stats since the last call (None if `log_stats` is off)."
     if not self.log_stats: return None
     return SchedulerStats(num_running_reqs=len(self.running), num_waiting_reqs=len(self.waiting),
                           kv_cache_usage=self.kv_cache_manager.usage,
@@ -447,8 +484,9 @@ def make_stats(self: Scheduler) -> SchedulerStats | None:
 
 @patch
 def reset_prefix_cache(self: Scheduler, reset_running_requests: bool = False) -> bool:
-    "Forget all cached blocks; optionally preempt every running request first so none holds a block."
+    "Forget all cached blocks; optionally preempt every running request first (none holds a block)."
     if reset_running_requests:
-        while self.running: self._preempt_request(self.running.pop())  # tail first: FIFO order again
+        # tail first: FIFO order again
+        while self.running: self._preempt_request(self.running.pop())
         self.prev_step_scheduled_req_ids.clear()
     return self.kv_cache_manager.reset_prefix_cache()

@@ -14,7 +14,8 @@ import numpy as np
 import torch
 from hypothesis import given, settings, strategies as st
 
-from minivllm.model_runner import HistoryModel, ModelRunner
+from minivllm.model_runner import ModelRunner
+from minivllm.testing import HistoryModel
 from minivllm.request import Request, RequestStatus, SamplingParams
 from minivllm.scheduler import CacheConfig, Scheduler, SchedulerConfig
 
