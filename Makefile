@@ -19,7 +19,8 @@ $(STAMP): requirements.txt setup.py settings.ini
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
-## test: library in sync with the notebooks, notebooks clean, every notebook, tests/, then the docs site
+## test: library in sync with the notebooks, notebooks clean, every notebook (executed once: the
+## notebook tests and the site's outputs), tests/, then the docs site, checked in a browser
 test: install sync-check nbtest pytest docs-check
 
 sync-check: install
@@ -39,17 +40,27 @@ readme: install
 readme-check: install
 	@$(BIN)/jupyter nbconvert --to markdown --stdout nbs/index.ipynb 2>/dev/null | diff -q - README.md >/dev/null
 
+## nbtest: run every notebook as nbdev_test does (tst_flags skipped), keeping the executed
+## notebooks in docs/_build/executed for the site. One notebook: $(PY) docs/run_nbs.py nbs/X.ipynb
 nbtest: install
-	$(BIN)/nbdev_test --n_workers 2 --do_print --timing
+	$(PY) docs/run_nbs.py --n_workers 2
 
 pytest: install
 	$(BIN)/pytest -q tests
 
-## docs: render the site offline (Sphinx + myst-nb) into docs/_build/html
-docs: install
-	bash docs/build.sh
+## gpu-check: the GPU check of issue 11 on this machine's GPU (bench/GPU_CHECK.md); `make test`
+## runs its dry run (tests/test_gpu_check.py: every stage at toy size on the CPU)
+.PHONY: gpu-check
+gpu-check:
+	bash bench/gpu_check.sh
 
-## docs-check: open pages in headless Chromium (skips when Chromium is missing; `apt-get install chromium`)
+## docs: render the site offline (Sphinx + myst-nb) into docs/_build/html, from the notebooks
+## `nbtest` just executed (a quick preview from the outputs saved in nbs/: bash docs/build.sh)
+docs: install nbtest
+	bash docs/build.sh docs/_build/executed
+
+## docs-check: open every page in headless Chromium at 1440 px (.ci/run installs Chromium and
+## the CJK fonts; elsewhere it skips without Chromium: apt-get install chromium fonts-noto-cjk)
 docs-check: docs
 	$(PY) docs/browser_check.py
 
@@ -61,6 +72,26 @@ demo: install
 ## serve: OpenAI-compatible server on 127.0.0.1:8000 with the embedded model
 serve: install
 	$(BIN)/minivllm serve --port 8000
+
+## llama-cpp: llama-cpp-python built from source, and the embedded model converted to an f32 GGUF
+## with llama.cpp's own convert_hf_to_gguf.py (from the same sdist), for bench/bench_cpu.py's
+## single-stream comparison. Never part of `make test`; needs cmake and a C++ compiler.
+LLAMA_CPP_VERSION := 0.3.36
+LLAMA_CPP_DIR := build/llama-cpp
+LLAMA_CPP_SRC := $(LLAMA_CPP_DIR)/llama_cpp_python-$(LLAMA_CPP_VERSION)
+.PHONY: llama-cpp
+llama-cpp: install
+	mkdir -p $(LLAMA_CPP_DIR)
+	test -d $(LLAMA_CPP_SRC) || ($(PY) -m pip download -q --no-deps --no-binary :all: \
+	  llama-cpp-python==$(LLAMA_CPP_VERSION) -d $(LLAMA_CPP_DIR) && \
+	  tar -xzf $(LLAMA_CPP_SRC).tar.gz -C $(LLAMA_CPP_DIR))
+	$(PY) -c "import llama_cpp" 2>/dev/null || CMAKE_ARGS="-DGGML_NATIVE=ON" \
+	  $(PY) -m pip install -q --no-deps $(LLAMA_CPP_SRC).tar.gz diskcache
+	$(PY) -c "import sentencepiece" 2>/dev/null || $(PY) -m pip install -q sentencepiece
+	PYTHONPATH=$(LLAMA_CPP_SRC)/vendor/llama.cpp/gguf-py $(PY) \
+	  $(LLAMA_CPP_SRC)/vendor/llama.cpp/convert_hf_to_gguf.py --outtype f32 \
+	  --outfile "$$($(PY) -c 'from minivllm.model import cache_dir; print(cache_dir())')/SmolLM2-135M-Instruct-f32.gguf" \
+	  "$$($(PY) -c 'from minivllm.model import default_model_path; print(default_model_path())')"
 
 lab: install
 	$(BIN)/jupyter lab --notebook-dir=nbs

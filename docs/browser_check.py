@@ -1,40 +1,50 @@
-"""Open the built docs site in headless Chromium and fail if a page is empty or a figure is broken.
+"""Open every page of the built docs site in headless Chromium, as a reader at a 1440-pixel window.
 
 Run after `bash docs/build.sh` (this script builds nothing). It serves docs/_build/html on
-127.0.0.1 (a local http.server thread, stopped at the end), then for the index and two chapter
-pages (by default the first chapter and the chapter with the most figures; or the pages given on
-the command line, e.g. `00_request.html`):
+127.0.0.1 (a local http.server thread, stopped at the end) and drives Chromium through the
+DevTools protocol over a pipe (`--remote-debugging-pipe`: JSON messages on file descriptors 3
+and 4, so no extra Python package is needed). Every page of the site is loaded in a 1440x900
+viewport and fails the check when:
 
-* `chromium --dump-dom`: the rendered DOM must have an <h1> and real text in the article; every
-  <img> must point at a non-empty image file of the site and must have loaded in the browser
-  (naturalWidth > 0, reported by a small script the local server injects into `?check` pages);
-* every request the browser itself made to the local server (css, js, images) must have
-  succeeded -- a 404 here is a broken page;
-* `chromium --screenshot`: saved as docs/_build/screenshots/<page>.png (and <page>-figure.png
-  around the first figure); must not be blank;
-* the search page must find a word of a chapter title.
+* the browser logs a console error or an uncaught exception, or a request to the site fails
+  (an HTTP error, a file that does not load);
+* an image does not load (naturalWidth 0), or the page has no <h1> or (nearly) no text;
+* a code block -- a notebook cell's code or a code block of the prose -- is wider than its box
+  and scrolls sideways (code lines are at most 100 characters, and the content column is made
+  wide enough for them in _static/custom.css), or the whole page scrolls sideways;
+* a chapter page shows no cell output at all;
+* Chinese text is drawn with no CJK-capable font, or the page's font stack names none.
 
-Exit status 0 when all pages pass, 1 otherwise. Without a `chromium` binary it prints a SKIP
-message and exits 0 (install: `apt-get update && apt-get install -y chromium`); set
-DOCS_BROWSER_REQUIRED=1 to make a missing browser an error instead.
-Usage: python docs/browser_check.py [PAGE.html ...]
+Then the search page must find `allocate_slots`. Screenshots of a few pages (the index, the
+scheduler and paged-attention chapters; top of page, first figure, widest code cell) go to
+docs/_build/screenshots/ for a person to look at. Outputs (printed text) that scroll sideways
+are listed as notes, not failures.
+
+Exit status 0 when all pages pass, 1 otherwise. Without a Chromium binary it prints SKIP and
+exits 0 -- except under CI (CI=true) or with DOCS_BROWSER_REQUIRED=1, where a missing browser is
+an error (.ci/run installs it: `apt-get install -y chromium fonts-noto-cjk`).
+Usage: python docs/browser_check.py [PAGE.html ...]   (default: every page)
 """
-import functools, html, html.parser, http.server, json, os, re, shutil, subprocess, sys, tempfile, threading
+import base64, fcntl, functools, http.server, json, os, re, shutil, signal, sys, tempfile
+import threading, time
 from pathlib import Path
-from urllib.parse import urljoin, urlparse, unquote
+from urllib.parse import unquote, urljoin, urlparse
 
 DOCS = Path(__file__).resolve().parent
 SITE = DOCS / "_build" / "html"
 SHOTS = DOCS / "_build" / "screenshots"
-TIMEOUT = 90  # seconds per browser launch
+WIDTH, HEIGHT = 1440, 900
+SEARCH_WORD = "allocate_slots"
+SHOT_PAGES = ("index", "04_scheduler", "08_paged_attention")
+TIMEOUT = 60  # seconds for one page to load
 
 CHROME_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                "--disable-dev-shm-usage", "--hide-scrollbars", "--mute-audio",
+                "--disable-dev-shm-usage", "--mute-audio", "--disable-extensions",
+                f"--window-size={WIDTH},{HEIGHT}",
                 # the site is checked offline: any host but the local server fails at once
-                # (MathJax from its CDN, for instance, simply does not load)
-                "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
-                "--virtual-time-budget=10000"]
+                # (MathJax from its CDN, for instance, simply does not load; see IGNORED below)
+                "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"]
 
 
 def find_browser():
@@ -43,21 +53,90 @@ def find_browser():
         if p: return p
 
 
-# Injected into pages requested with `?check`: after load, it records in a <meta> tag how many
-# <img> there are, which did not load (naturalWidth 0), and where the first figure is (for a
-# second screenshot around it).
-CHECK_JS = b"""<script>
-window.addEventListener('load', function () {
-  var imgs = Array.prototype.slice.call(document.images);
-  var bad = imgs.filter(function (i) { return !(i.complete && i.naturalWidth > 0); })
-                .map(function (i) { return i.getAttribute('src'); });
-  var m = document.createElement('meta'); m.name = 'browser-check';
-  var f = document.querySelector('article img'), r = f ? f.getBoundingClientRect() : null;
-  m.content = JSON.stringify({n: imgs.length, bad: bad,
-                              fig: r ? [Math.round(r.top + window.scrollY), Math.round(r.height)] : null});
-  document.head.appendChild(m);
-});
-</script>"""
+class CDPError(Exception): pass
+
+
+class Chrome:
+    "Chromium with the DevTools protocol on a pipe: `send` a command, `wait_event` for an event."
+    def __init__(self, browser, profile):
+        cmd_r, cmd_w = os.pipe()    # we write commands, Chromium reads them on fd 3
+        res_r, res_w = os.pipe()    # Chromium writes replies and events on fd 4
+        self.log = open(Path(profile) / "chromium.log", "wb")
+        hi = lambda fd: fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10)  # out of the way of 3 and 4
+        a, b, lg = hi(cmd_r), hi(res_w), hi(self.log.fileno())
+        actions = [(os.POSIX_SPAWN_DUP2, a, 3), (os.POSIX_SPAWN_DUP2, b, 4),
+                   (os.POSIX_SPAWN_DUP2, lg, 1), (os.POSIX_SPAWN_DUP2, lg, 2),
+                   (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)]
+        argv = [browser, *CHROME_FLAGS, "--remote-debugging-pipe", f"--user-data-dir={profile}",
+                "about:blank"]
+        self.pid = os.posix_spawn(browser, argv, os.environ, file_actions=actions)
+        for fd in (cmd_r, res_w, a, b, lg): os.close(fd)
+        self.w, self.r = cmd_w, res_r
+        self.next_id, self.replies, self.events = 0, {}, []
+        self.cond, self.alive = threading.Condition(), True
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        buf = b""
+        while True:
+            chunk = os.read(self.r, 1 << 16)
+            if not chunk: break
+            buf += chunk
+            *msgs, buf = buf.split(b"\0")
+            with self.cond:
+                for m in msgs:
+                    msg = json.loads(m)
+                    if "id" in msg: self.replies[msg["id"]] = msg
+                    else: self.events.append(msg)
+                self.cond.notify_all()
+        with self.cond:
+            self.alive = False
+            self.cond.notify_all()
+
+    def send(self, method, params=None, session=None, timeout=TIMEOUT):
+        with self.cond:
+            self.next_id += 1
+            i = self.next_id
+        msg = {"id": i, "method": method, "params": params or {}}
+        if session: msg["sessionId"] = session
+        data = json.dumps(msg).encode() + b"\0"
+        while data: data = data[os.write(self.w, data):]
+        with self.cond:
+            if not self.cond.wait_for(lambda: i in self.replies or not self.alive, timeout):
+                raise TimeoutError(f"{method}: no reply from Chromium in {timeout}s")
+            if i not in self.replies: raise CDPError(f"{method}: Chromium exited ({self.tail()})")
+            r = self.replies.pop(i)
+        if "error" in r: raise CDPError(f"{method}: {r['error']}")
+        return r.get("result", {})
+
+    def wait_event(self, method, session, since, timeout=TIMEOUT):
+        "The first event `method` of `session` after index `since` of the event list."
+        def find():
+            return next((e for e in self.events[since:]
+                         if e["method"] == method and e.get("sessionId") == session), None)
+        with self.cond:
+            if not self.cond.wait_for(lambda: find() or not self.alive, timeout):
+                raise TimeoutError(f"no {method} in {timeout}s")
+            e = find()
+            if e is None: raise CDPError(f"waiting for {method}: Chromium exited ({self.tail()})")
+            return e
+
+    def tail(self):
+        self.log.flush()
+        return (Path(self.log.name).read_text(errors="replace")[-400:]).strip()
+
+    def close(self):
+        try: self.send("Browser.close", timeout=10)
+        except Exception: pass
+        for _ in range(50):
+            if os.waitpid(self.pid, os.WNOHANG)[0]: break
+            time.sleep(0.1)
+        else:
+            os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+        os.close(self.w)
+        self.log.close()
 
 
 class Log(http.server.SimpleHTTPRequestHandler):
@@ -66,143 +145,216 @@ class Log(http.server.SimpleHTTPRequestHandler):
 
     def log_message(self, *a): pass
 
-    def do_GET(self):
-        u = urlparse(self.path)
-        f = SITE / unquote(u.path).lstrip("/")
-        if u.query == "check" and f.suffix == ".html" and f.is_file():
-            body = f.read_bytes().replace(b"</body>", CHECK_JS + b"</body>", 1)
-            self.send_response(200)
-            self.send_header("Content-Type", "text/html; charset=utf-8")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-            return
-        super().do_GET()
-
     def send_response(self, code, message=None):
         with self.lock: self.requests.append((unquote(urlparse(self.path).path), code))
         super().send_response(code, message)
 
 
-class Page(html.parser.HTMLParser):
-    "Collects <img src>, whether there is an <h1>, and the article's text."
-    def __init__(self):
-        super().__init__()
-        self.imgs, self.h1, self.text, self._in_article, self._skip = [], False, [], 0, 0
-        self._in_h1, self.h1_text = False, ""
+# Run in the page once it has loaded: makes every image load now (lazy ones too), waits for
+# them and for the fonts, then measures what a reader would trip on.
+PAGE_JS = r"""(async () => {
+  const imgs = Array.from(document.images);
+  imgs.forEach(i => { i.loading = 'eager'; });
+  await Promise.all(imgs.map(i => i.complete ? 0 : new Promise(r => {
+    i.addEventListener('load', r); i.addEventListener('error', r); setTimeout(r, 5000); })));
+  await document.fonts.ready;
+  const art = document.querySelector('article') || document.body;
+  const kind = el => el.closest('.cell_output') ? 'output'
+                   : el.closest('.cell_input') ? 'code cell' : 'code block';
+  const wide = Array.from(art.querySelectorAll('pre')).filter(
+      p => p.scrollWidth > p.clientWidth + 1 && p.offsetParent !== null).map(p => {
+    const lines = p.innerText.split('\n');
+    const longest = lines.reduce((a, b) => b.length > a.length ? b : a, '');
+    const r = p.getBoundingClientRect();
+    return {kind: kind(p), over: p.scrollWidth - p.clientWidth, box: p.clientWidth,
+            chars: longest.length, line: longest.slice(0, 110), top: r.top + window.scrollY};
+  });
+  // the longest code-cell line that fits, to screenshot the widest code a reader sees
+  let widest = null;
+  art.querySelectorAll('.cell_input pre').forEach(p => {
+    const n = Math.max(...p.innerText.split('\n').map(l => l.length));
+    if (!widest || n > widest.chars) {
+      const r = p.getBoundingClientRect();
+      widest = {chars: n, top: r.top + window.scrollY, height: r.height, box: p.clientWidth};
+    }
+  });
+  const fig = art.querySelector('.cell_output img');
+  const fr = fig ? fig.getBoundingClientRect() : null;
+  // the first element whose own text holds Chinese characters, marked for the font check
+  const walker = document.createTreeWalker(art, NodeFilter.SHOW_TEXT);
+  let cjk = null, n;
+  while ((n = walker.nextNode())) {
+    if (/[\u4e00-\u9fff]/.test(n.nodeValue) && n.parentElement) {
+      cjk = n.parentElement; cjk.setAttribute('data-cjk-check', '1'); break; }
+  }
+  const h1 = document.querySelector('h1');
+  return {
+    h1: h1 ? h1.innerText.trim() : null,
+    text: (art.innerText || '').trim().length,
+    n_img: imgs.length,
+    bad_img: imgs.filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.getAttribute('src')),
+    wide: wide,
+    page_over: document.documentElement.scrollWidth - window.innerWidth,
+    outputs: art.querySelectorAll('.cell_output').length,
+    font: getComputedStyle(document.body).fontFamily,
+    cjk: cjk ? cjk.textContent.trim().slice(0, 40) : null,
+    fig: fr ? [fr.top + window.scrollY, fr.height] : null,
+    widest: widest,
+    height: document.documentElement.scrollHeight,
+  };
+})()"""
+
+CJK_FONT = re.compile(r"CJK|Noto Sans SC|Noto Serif SC|PingFang|Hiragino|YaHei|SimHei|SimSun|"
+                      r"Source Han|WenQuanYi|Droid Sans Fallback|Heiti|Songti", re.I)
 
 
-    def handle_starttag(self, tag, attrs):
-        a = dict(attrs)
-        if tag == "img" and a.get("src"): self.imgs.append(a["src"])
-        if tag == "h1": self._in_h1 = not self.h1; self.h1 = True  # text of the first <h1> only
-        if tag == "article": self._in_article += 1
-        if tag in ("script", "style"): self._skip += 1
-
-    def handle_endtag(self, tag):
-        if tag == "article": self._in_article = max(0, self._in_article - 1)
-        if tag == "h1": self._in_h1 = False
-        if tag in ("script", "style"): self._skip = max(0, self._skip - 1)
-
-    def handle_data(self, data):
-        if self._in_article and not self._skip: self.text.append(data)
-        if self._in_h1: self.h1_text += " " + data
+def is_local(url):
+    return urlparse(url).hostname in ("127.0.0.1", "localhost")
 
 
-def chromium(browser, args, profile):
-    cmd = [browser, *CHROME_FLAGS, f"--user-data-dir={profile}", *args]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT)
-    return r
+class Checker:
+    def __init__(self, chrome, base):
+        self.c, self.base = chrome, base
+        t = self.c.send("Target.createTarget", {"url": "about:blank"})
+        self.s = self.c.send("Target.attachToTarget",
+                             {"targetId": t["targetId"], "flatten": True})["sessionId"]
+        for dom in ("Page", "Runtime", "Log", "Network", "DOM", "CSS"):
+            self.send(f"{dom}.enable")
+        self.send("Emulation.setDeviceMetricsOverride",
+                  {"width": WIDTH, "height": HEIGHT, "deviceScaleFactor": 1, "mobile": False})
+
+    def send(self, method, params=None, timeout=TIMEOUT):
+        return self.c.send(method, params, session=self.s, timeout=timeout)
+
+    def load(self, url):
+        since = len(self.c.events)
+        self.send("Page.navigate", {"url": url})
+        self.c.wait_event("Page.loadEventFired", self.s, since)
+        return since
+
+    def evaluate(self, expr, timeout=TIMEOUT):
+        r = self.send("Runtime.evaluate", {"expression": expr, "awaitPromise": True,
+                                           "returnByValue": True}, timeout=timeout)
+        if "exceptionDetails" in r: raise CDPError(f"script failed: {r['exceptionDetails']}")
+        return r["result"].get("value")
+
+    def problems_logged(self, since):
+        "Console errors, uncaught exceptions and failed requests to the site since event `since`."
+        errs, notes, urls = [], [], {}
+        for e in self.c.events[since:]:
+            if e.get("sessionId") != self.s: continue
+            m, p = e["method"], e.get("params", {})
+            if m == "Network.requestWillBeSent": urls[p["requestId"]] = p["request"]["url"]
+            elif m == "Network.responseReceived":
+                st, u = p["response"]["status"], p["response"]["url"]
+                if st >= 400 and is_local(u) and not u.endswith("/favicon.ico"):
+                    errs.append(f"HTTP {st} for {urlparse(u).path}")
+            elif m == "Network.loadingFailed":
+                u = urls.get(p["requestId"], "?")
+                if is_local(u) and not p.get("canceled"):
+                    errs.append(f"request failed ({p.get('errorText')}): {urlparse(u).path}")
+                elif not is_local(u): notes.append(f"offline, not loaded: {u}")
+            elif m == "Runtime.exceptionThrown":
+                d = p["exceptionDetails"]
+                errs.append("uncaught exception: " + (d.get("exception", {}).get("description")
+                                                      or d.get("text", "?")).splitlines()[0])
+            elif m == "Runtime.consoleAPICalled" and p["type"] in ("error", "assert"):
+                args = " ".join(str(a.get("value", a.get("description", ""))) for a in p["args"])
+                errs.append(f"console.{p['type']}: {args[:200]}")
+            elif m == "Log.entryAdded" and p["entry"]["level"] == "error":
+                en = p["entry"]
+                u = en.get("url", "")
+                if u and not is_local(u): notes.append(f"offline, not loaded: {u}")
+                elif not u.endswith("/favicon.ico") and en.get("source") != "network":
+                    errs.append(f"console error ({en.get('source')}): {en['text'][:200]}")
+                # network errors of the site itself are reported from Network.* above
+        return errs, sorted(set(notes))
+
+    def cjk_fonts(self):
+        "Families Chromium actually used to draw the element marked by PAGE_JS (CSS domain)."
+        doc = self.send("DOM.getDocument", {"depth": 0})
+        node = self.send("DOM.querySelector", {"nodeId": doc["root"]["nodeId"],
+                                               "selector": "[data-cjk-check]"})["nodeId"]
+        if not node: return None
+        fonts = self.send("CSS.getPlatformFontsForNode", {"nodeId": node})["fonts"]
+        return [f["familyName"] for f in fonts]
+
+    def screenshot(self, path, top):
+        "The window as a reader sees it, scrolled so that page position `top` is near its top."
+        self.evaluate(f"window.scrollTo(0, {max(0, int(top))}); "
+                      "new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+        r = self.send("Page.captureScreenshot", {"format": "png"})
+        path.write_bytes(base64.b64decode(r["data"]))
 
 
-def is_image(path: Path):
-    head = path.read_bytes()[:512]
-    return (head.startswith(b"\x89PNG") or head.startswith(b"\xff\xd8") or head.startswith(b"GIF8")
-            or b"<svg" in head or head.startswith(b"RIFF"))
-
-
-def not_blank(png: Path):
-    "True if the screenshot has more than one colour (PIL comes with matplotlib)."
-    try:
-        from PIL import Image
-    except ImportError:
-        return png.stat().st_size > 5000
-    with Image.open(png) as im:
-        ex = im.convert("L").getextrema()
-        return ex[0] != ex[1]
-
-
-def default_pages():
-    "index + first chapter + the chapter with most figures (or the second chapter)."
-    order = []
+def chapter_pages():
     nbs = DOCS / "_nbs"
-    if nbs.exists():  # reading order as staged by stage_nbs.py
-        sys.path.insert(0, str(DOCS))
-        from stage_nbs import chapter_key
-        order = [p.stem + ".html" for p in sorted(nbs.glob("*.ipynb"), key=chapter_key) if p.stem != "index"]
-    order = [p for p in order if (SITE / p).exists()]
-    if not order: return ["index.html"]
-    first = order[0]
-    rest = order[1:]
-    nimg = lambda p: len(re.findall(r"<img\b", (SITE / p).read_text(encoding="utf-8", errors="replace")))
-    second = max(rest, key=nimg) if rest and max(map(nimg, rest)) > 0 else (rest[0] if rest else None)
-    return ["index.html", first] + ([second] if second else [])
+    if not nbs.exists(): return set()
+    return {p.stem + ".html" for p in nbs.glob("*.ipynb") if p.stem != "index"}
 
 
-def check_page(browser, base, page, profile):
-    errors = []
-    url = urljoin(base, page) + "?check"
+def check_page(ck, page, chapters):
+    errors, notes = [], []
     start = len(Log.requests)
-    r = chromium(browser, ["--window-size=1280,1600", "--dump-dom", url], profile)
-    dom = r.stdout
-    if r.returncode != 0 or not dom.strip():
-        return [f"{page}: chromium --dump-dom failed (rc={r.returncode}): {r.stderr[-500:]}"], ""
-    p = Page(); p.feed(dom)
-    text = " ".join(" ".join(p.text).split())
-    if not p.h1: errors.append(f"{page}: no <h1> in the rendered page")
-    if len(text) < 40: errors.append(f"{page}: article is (nearly) empty: {text[:80]!r}")
-    for src in p.imgs:
-        u = urlparse(urljoin(url, src))
-        if u.scheme in ("data",): continue
-        if u.hostname not in ("127.0.0.1", None):
-            continue  # external images (badges) are not part of the offline site
-        f = SITE / unquote(u.path).lstrip("/")
-        if not f.is_file() or f.stat().st_size == 0: errors.append(f"{page}: <img src={src!r}>: file missing or empty")
-        elif not is_image(f): errors.append(f"{page}: <img src={src!r}>: not an image file")
-    m, res = re.search(r'<meta name="browser-check" content="([^"]*)"', dom), {}
-    if not m: errors.append(f"{page}: the page's load event never fired (check script did not run)")
-    else:
-        res = json.loads(html.unescape(m.group(1)))
-        for src in res["bad"]: errors.append(f"{page}: <img src={src!r}> did not load in the browser (naturalWidth 0)")
-    bad = [(path, code) for path, code in Log.requests[start:] if code >= 400 and path != "/favicon.ico"]
-    for path, code in bad: errors.append(f"{page}: the browser got HTTP {code} for {path}")
-    shot = SHOTS / (Path(page).stem + ".png")
-    r = chromium(browser, ["--window-size=1280,1600", f"--screenshot={shot}", url], profile)
-    if not shot.exists() or shot.stat().st_size == 0: errors.append(f"{page}: no screenshot ({r.stderr[-300:]})")
-    elif not not_blank(shot): errors.append(f"{page}: screenshot is blank")
-    if res.get("fig"):  # a second screenshot: the page down to the first figure, cropped around it
-        top, h = res["fig"]
-        fig = SHOTS / (Path(page).stem + "-figure.png")
-        height = min(top + max(h, 300) + 200, 16000)
-        chromium(browser, [f"--window-size=1280,{height}", f"--screenshot={fig}", url], profile)
-        try:
-            from PIL import Image
-            with Image.open(fig) as im:
-                im.crop((0, max(0, top - 400), 1280, min(im.height, top + max(h, 300) + 200))).save(fig)
-        except ImportError: pass
-    print(f"  {page}: {len(text)} chars of text, {len(p.imgs)} <img>, "
-          f"{len(Log.requests) - start} requests, screenshot {shot.relative_to(DOCS.parent)}"
-          + ("" if not errors else "  -- FAIL"), flush=True)
-    return errors, p.h1_text
+    since = ck.load(urljoin(ck.base, page))
+    r = ck.evaluate(PAGE_JS)
+    logged, offline = ck.problems_logged(since)
+    errors += logged
+    notes += offline
+    for path, code in Log.requests[start:]:  # what the browser did not report itself
+        if code >= 400 and path != "/favicon.ico" and f"HTTP {code} for {path}" not in errors:
+            errors.append(f"the server answered HTTP {code} for {path}")
+    if page in chapters or page == "index.html":  # Sphinx's own pages (genindex) may be empty
+        if not r["h1"]: errors.append("no <h1> in the rendered page")
+        if r["text"] < 40: errors.append(f"the article is (nearly) empty ({r['text']} characters)")
+    for src in r["bad_img"]: errors.append(f"<img src={src!r}> did not load")
+    for w in r["wide"]:
+        msg = (f"{w['kind']} scrolls sideways by {w['over']}px (box {w['box']}px, longest line "
+               f"{w['chars']} chars): {w['line']!r}")
+        (notes if w["kind"] == "output" else errors).append(msg)
+    if r["page_over"] > 0: errors.append(f"the whole page scrolls sideways by {r['page_over']}px")
+    if page in chapters and r["outputs"] == 0: errors.append("a chapter page with no cell output")
+    if not CJK_FONT.search(r["font"]): errors.append(f"no CJK font in the font stack: {r['font']}")
+    used = None
+    if r["cjk"]:
+        used = ck.cjk_fonts() or []
+        if not any(CJK_FONT.search(f) for f in used):
+            errors.append(f"Chinese text {r['cjk']!r} drawn with {used or 'no font'}: no CJK font "
+                          "installed? (apt-get install fonts-noto-cjk)")
+    stem = Path(page).stem
+    if stem in SHOT_PAGES:
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        ck.screenshot(SHOTS / f"{stem}.png", 0)
+        if r["fig"]: ck.screenshot(SHOTS / f"{stem}-figure.png", r["fig"][0] - 250)
+        if r["widest"]: ck.screenshot(SHOTS / f"{stem}-code.png", r["widest"]["top"] - 150)
+    print(f"  {page}: {r['text']} chars, {r['n_img']} img, {r['outputs']} outputs, widest code "
+          f"line {r['widest']['chars'] if r['widest'] else 0} chars in a "
+          f"{r['widest']['box'] if r['widest'] else 0}px box"
+          + (f", CJK drawn with {', '.join(used)}" if used else "")
+          + ("" if not errors else f"  -- {len(errors)} ERROR(S)"), flush=True)
+    return errors, notes
 
 
-def check_search(browser, base, word, profile):
-    "The search page must find the word (Sphinx's client-side search over searchindex.js)."
-    r = chromium(browser, ["--dump-dom", urljoin(base, f"search.html?q={word}")], profile)
-    hits = re.findall(r'<ul[^>]*class="search"[^>]*>(.*?)</ul>', r.stdout, re.S)
-    n = len(re.findall(r"<li", hits[0])) if hits else 0
-    print(f"  search.html?q={word}: {n} result(s)", flush=True)
-    return [] if n else [f"search for {word!r} (a word of a chapter title) found nothing"]
+def check_search(ck, word=SEARCH_WORD):
+    "Sphinx's client-side search (searchindex.js) must list at least one page for `word`."
+    since = ck.load(urljoin(ck.base, f"search.html?q={word}"))
+    js = ("(() => { const l = document.querySelectorAll('#search-results ul.search li, ul.search li');"
+          " const s = document.querySelector('#search-results p, .search-summary');"
+          " return {n: l.length, summary: s ? s.innerText : '',"
+          " first: Array.from(l).slice(0, 3).map(x => x.innerText.split('\\n')[0])}; })()")
+    deadline, r = time.time() + 30, {"n": 0}
+    while time.time() < deadline:
+        r = ck.evaluate(js)
+        if "found" in r["summary"].lower() or "did not match" in r["summary"].lower(): break
+        time.sleep(0.3)
+    errs, _ = ck.problems_logged(since)
+    print(f"  search.html?q={word}: {r['n']} result(s) {r.get('first', [])}", flush=True)
+    if not r["n"]: errs.append(f"search for {word!r} found nothing ({r.get('summary', '')!r})")
+    return errs
+
+
+def all_pages():
+    return sorted(p.name for p in SITE.glob("*.html") if p.name != "search.html")
 
 
 def main(pages):
@@ -210,37 +362,53 @@ def main(pages):
         print(f"browser_check: {SITE}/index.html missing: run `bash docs/build.sh` first"); return 1
     browser = find_browser()
     if not browser:
-        msg = "browser_check: SKIP: no chromium found (apt-get update && apt-get install -y chromium)"
-        print(msg)
-        return 1 if os.environ.get("DOCS_BROWSER_REQUIRED") == "1" else 0
-    pages = pages or default_pages()
-    SHOTS.mkdir(parents=True, exist_ok=True)
+        required = os.environ.get("DOCS_BROWSER_REQUIRED") == "1" or os.environ.get("CI") == "true"
+        print("browser_check: " + ("ERROR" if required else "SKIP") + ": no chromium found "
+              "(apt-get update && apt-get install -y chromium fonts-noto-cjk)")
+        return 1 if required else 0
+    pages = pages or all_pages()
+    chapters = chapter_pages()
     handler = functools.partial(Log, directory=str(SITE))
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    httpd.timeout = 10
     t = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
     t.start()
     base = f"http://127.0.0.1:{httpd.server_address[1]}/"
-    print(f"browser_check: {browser} on {base} -> {', '.join(pages)}", flush=True)
-    errors, search_word = [], None
+    print(f"browser_check: {browser}, {WIDTH}x{HEIGHT}, {len(pages)} page(s) + search on {base}",
+          flush=True)
+    failures, all_notes, start = {}, {}, time.time()
     try:
         with tempfile.TemporaryDirectory(prefix="docs-chromium-") as profile:
-            for page in pages:
-                if not (SITE / page).exists(): errors.append(f"{page}: not in the built site"); continue
-                try:
-                    errs, h1 = check_page(browser, base, page, profile)
-                    errors += errs
-                    words = sorted(re.findall(r"[A-Za-z]{5,}", h1), key=len)
-                    if page != "index.html" and words: search_word = words[-1]
-                except subprocess.TimeoutExpired: errors.append(f"{page}: chromium timed out after {TIMEOUT}s")
-            if search_word:
-                try: errors += check_search(browser, base, search_word, profile)
-                except subprocess.TimeoutExpired: errors.append(f"search: chromium timed out after {TIMEOUT}s")
+            chrome = Chrome(browser, profile)
+            try:
+                try: ck = Checker(chrome, base)
+                except (TimeoutError, CDPError) as e:
+                    print(f"browser_check: ERROR: Chromium did not start a page: {e}\n"
+                          f"{chrome.tail()}", flush=True)
+                    return 1
+                for page in pages:
+                    if not (SITE / page).exists():
+                        failures[page] = ["not in the built site"]; continue
+                    try: errs, notes = check_page(ck, page, chapters)
+                    except (TimeoutError, CDPError) as e:
+                        errs, notes = [f"{type(e).__name__}: {e}"], []
+                    if errs: failures[page] = errs
+                    if notes: all_notes[page] = notes
+                try: errs = check_search(ck)
+                except (TimeoutError, CDPError) as e: errs = [f"{type(e).__name__}: {e}"]
+                if errs: failures["search.html"] = errs
+            finally:
+                chrome.close()
     finally:
         httpd.shutdown(); httpd.server_close(); t.join(timeout=5)
-    for e in errors: print("  ERROR", e)
-    print("browser_check:", "FAILED" if errors else "OK", flush=True)
-    return 1 if errors else 0
+    for page, notes in all_notes.items():
+        for n in notes: print(f"  note {page}: {n}")
+    for page, errs in failures.items():
+        for e in errs: print(f"  ERROR {page}: {e}")
+    n_err = sum(map(len, failures.values()))
+    print(f"browser_check: {'FAILED' if failures else 'OK'}: {len(pages) + 1} pages, "
+          f"{n_err} error(s) in {time.time() - start:.0f}s; screenshots in "
+          f"{SHOTS.relative_to(DOCS.parent)}", flush=True)
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":

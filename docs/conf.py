@@ -1,6 +1,7 @@
 # Sphinx configuration for minivllm's docs site (built by docs/build.sh; see docs/README.md).
 # Sources: docs/_nbs/, nbdev's processed notebooks as staged by docs/stage_nbs.py.
-# The notebooks are NOT executed here: nbdev_test executes them and their outputs are saved.
+# The notebooks are NOT executed here: docs/run_nbs.py (the notebook tests) executed them once,
+# and build.sh stages those executed notebooks, so the pages show that run's outputs.
 import configparser
 from pathlib import Path
 
@@ -20,7 +21,7 @@ exclude_patterns = ["_build", "**.ipynb_checkpoints", "jupyter_execute"]
 source_suffix = {".ipynb": "myst-nb", ".md": "myst-nb"}
 
 # --- myst / myst-nb -------------------------------------------------------------------------
-nb_execution_mode = "off"          # outputs come from the committed notebooks
+nb_execution_mode = "off"          # outputs come from docs/run_nbs.py's execution (see above)
 nb_output_stderr = "remove"        # warnings/progress bars on stderr are noise on a teaching page
 nb_merge_streams = True
 myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "deflist", "html_image", "strikethrough", "attrs_inline"]
@@ -40,8 +41,13 @@ html_title = project
 html_static_path = ["_static"]
 html_css_files = ["custom.css"]
 html_last_updated_fmt = None
+html_use_index = False             # no general index: API entries are sections (sidebar, search)
+html_domain_indices = False
 html_show_sourcelink = False
 html_copy_source = False
+# the theme's light/dark switch starts in light mode (figures are drawn on white); without a
+# default the theme logs "Got invalid theme mode" as a console error on a reader's first visit
+html_context = {"default_mode": "light"}
 html_theme_options = {
     "repository_url": _s.get("git_url", ""),
     "use_repository_button": False,

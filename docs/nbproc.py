@@ -11,12 +11,17 @@ that contains an import (so that show_doc has something to document), and stores
 outputs back into those cells. For a cell that mixes imports with other code, that re-runs
 teaching code out of context (nbdev warns "Found cells containing imports and other code"): it
 fails on names defined in cells that were not run, or loads a model / runs a benchmark during
-the docs build. Here, such ordinary cells keep their saved outputs (the ones nbdev_test
-produced) and only their top-level import statements are run. Exported cells, `#| exec_doc`
+the docs build. Here, such ordinary cells keep their outputs (those of the notebook tests'
+execution, docs/run_nbs.py, when the site is built from docs/_build/executed) and only their
+top-level import statements are run. Exported cells, `#| exec_doc`
 cells and show_doc cells are run exactly as nbdev does, and any failure there fails the build
-(it would mean a missing API entry). If a show_doc needs a name defined in an ordinary cell,
+(it would mean a missing API entry) -- except that in an executed notebook a show_doc cell that
+already has its output from the notebook tests keeps it (it was computed with the whole
+notebook run; nothing is executed twice); the show_doc cells nbdev adds itself still run here. If a show_doc needs a name defined in an ordinary cell,
 mark that cell `#| exec_doc`.
-Usage: nbproc.py N_WORKERS   (run from the repository root)
+The notebooks come from nbs/ (their saved outputs) or from a folder of executed notebooks
+(docs/run_nbs.py writes docs/_build/executed/: the outputs of this run's notebook tests).
+Usage: nbproc.py N_WORKERS [SOURCE_DIR]   (run from the repository root)
 """
 import ast, sys
 from pathlib import Path
@@ -39,13 +44,25 @@ def _imports_only(source):
     return "\n".join(ast.unparse(n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom)))
 
 
+def _has_markdown(cell):
+    return any("text/markdown" in (o.get("data") or {}) for o in cell.get("outputs") or [])
+
+
 class docs_exec_show_docs(exec_show_docs):
     "nbdev's exec_show_docs, but ordinary cells keep their saved outputs and may fail harmlessly."
+    def begin(self):
+        super().begin()
+        # executed by docs/run_nbs.py: its show_doc outputs are fresh, computed in the full
+        # notebook; only the show_doc cells nbdev adds (exported names without one) run here
+        run = (self.nb.get("metadata") or {}).get("minivllm_executed") or {}
+        self.fresh = bool(run.get("ok"))
+
     def __call__(self, cell):
         if not self.nb.has_docs_ or not hasattr(self, "k"): return
         fm = getattr(self.nb, "frontmatter_", {})
         if str2bool(fm.get("skip_showdoc", False)): return
         if not _do_eval(cell): return
+        if self.fresh and _is_showdoc(cell) and _has_markdown(cell): return
         title = fm.get("title", "")
         if (cell.directives_.keys() & _API_DIRS) or _is_showdoc(cell):
             self.k.cell(cell)  # as nbdev: exported definitions and show_doc output
@@ -64,10 +81,10 @@ class DocsFilter(FilterDefaults):
         return [docs_exec_show_docs if p is exec_show_docs else p for p in super().base_procs()]
 
 
-def proc_nbs(n_workers=2):
-    "Process every notebook of nbs/ into _proc/ (always all of them: links depend on all chapters)."
+def proc_nbs(n_workers=2, src=None):
+    "Process every notebook of `src` (default nbs/) into _proc/ (always all: links span chapters)."
     cfg = get_config()
-    cache, path = cfg.config_path / "_proc", cfg.nbs_path
+    cache, path = cfg.config_path / "_proc", Path(src).resolve() if src else cfg.nbs_path
     if cache.exists(): rmtree(cache)
     cache.mkdir(parents=True)
     files = nbglob(path, func=Path, file_glob="", file_re="")
@@ -81,4 +98,5 @@ if __name__ == "__main__":
     # import ourselves by name so the spawned workers can unpickle `nbproc.DocsFilter`
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import nbproc
-    nbproc.proc_nbs(int(sys.argv[1]) if len(sys.argv) > 1 else 2)
+    nbproc.proc_nbs(int(sys.argv[1]) if len(sys.argv) > 1 else 2,
+                    sys.argv[2] if len(sys.argv) > 2 else None)

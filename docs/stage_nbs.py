@@ -20,7 +20,14 @@ Quarto-isms into what myst-nb understands:
 
 Chapters are discovered with a glob: `nbs/index.ipynb` is the home page, the other notebooks
 follow in numeric order of their prefix (00_, 01_, ..., then unnumbered ones by name).
-Usage: stage_nbs.py REPO_ROOT   (writes docs/_nbs/, removing what was there)
+
+Checks (each failure is listed, then the script exits 1, failing the build):
+* every chapter page shows results: at least one code output or API entry (a chapter whose
+  outputs were never saved or produced renders as bare code);
+* every `show_doc` cell has its Markdown output (else its API entry would be empty);
+* when SRC is a folder of executed notebooks (docs/run_nbs.py), every notebook of nbs/ is there
+  and its execution succeeded, so the site shows the results of that run.
+Usage: stage_nbs.py REPO_ROOT [SRC]   (writes docs/_nbs/, removing what was there)
 """
 import configparser, json, re, shutil, sys
 from pathlib import Path
@@ -35,6 +42,8 @@ NBS = ROOT / C.get("nbs_path", "nbs")
 PROC = ROOT / "_proc"
 OUT = ROOT / "docs" / "_nbs"
 DOC_URL = (C.get("doc_host", "") + C.get("doc_baseurl", "")).rstrip("/")
+SRC = Path(sys.argv[2]).resolve() if len(sys.argv) > 2 else NBS.resolve()
+EXECUTED = SRC != NBS.resolve()  # built from docs/run_nbs.py's executed notebooks
 
 
 # files of nbs/ that are not copied next to the chapters: sources (a stray README.md would become
@@ -47,9 +56,9 @@ def chapter_key(p: Path):
     return (0, int(m.group(1)), p.stem) if m else (1, 0, p.stem)
 
 
-def discover():
+def discover(folder=None):
     "Source notebooks in reading order: index first, then numbered chapters, then the rest."
-    nbs = [p for p in NBS.glob("*.ipynb") if not p.name.startswith(("_", "."))]
+    nbs = [p for p in Path(folder or NBS).glob("*.ipynb") if not p.name.startswith(("_", "."))]
     index = [p for p in nbs if p.stem == "index"]
     rest = sorted((p for p in nbs if p.stem != "index"), key=chapter_key)
     return index, rest
@@ -77,12 +86,18 @@ def split_directives(source):
     return dirs, "\n".join(lines).strip("\n")
 
 
-def md_output(cell):
+def md_outputs(cell):
+    "The cell's Markdown outputs (show_doc writes one per call)."
+    out = []
     for o in cell.get("outputs", []):
-        d = o.get("data", {})
-        if "text/markdown" in d:
-            t = d["text/markdown"]
-            return "".join(t) if isinstance(t, list) else t
+        t = o.get("data", {}).get("text/markdown")
+        if t is not None: out.append("".join(t) if isinstance(t, list) else t)
+    return out
+
+
+# a show_doc cell, as nbdev recognises one (any line starting with show_doc: the cell may import
+# the name first); nbdev hides its code and shows only the output
+_re_showdoc = re.compile(r"^\s*show_doc\(", re.M)
 
 
 _re_heading = re.compile(r"^(#{1,6})\s+(.+?)\s*$", re.M)
@@ -91,10 +106,46 @@ _re_heading = re.compile(r"^(#{1,6})\s+(.+?)\s*$", re.M)
 _re_srclink = re.compile(r"\[source\]\(([^)\s]*)\)(\{[^}]*\})?")
 
 
+SIG_WIDTH = 96  # code blocks must fit the content column (100 characters; see _static/custom.css)
+
+
+def _split_top(s):
+    "Split `s` after each comma that is outside brackets and quotes."
+    parts, depth, quote, start = [], 0, None, 0
+    for i, ch in enumerate(s):
+        if quote:
+            if ch == quote and s[i - 1] != "\\": quote = None
+        elif ch in "'\"": quote = ch
+        elif ch in "([{": depth += 1
+        elif ch in ")]}": depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(s[start:i + 1]); start = i + 1
+    parts.append(s[start:])
+    return [p.strip() for p in parts if p.strip()]
+
+
+def wrap_signature(md, width=SIG_WIDTH):
+    "Re-wrap the parameter lines of show_doc's signature block (nbdev's may be ~120 chars)."
+    def fix(m):
+        out = []
+        for line in m.group(2).split("\n"):
+            if len(line) <= width: out.append(line); continue
+            indent = line[:len(line) - len(line.lstrip())]
+            cur = indent
+            for part in _split_top(line.strip()):
+                if cur.strip() and len(cur) + 1 + len(part) > width:
+                    out.append(cur.rstrip()); cur = indent
+                cur += ("" if not cur.strip() else " ") + part
+            out.append(cur.rstrip())
+        return m.group(1) + "\n".join(out) + m.group(3)
+    return re.sub(r"(```python\n)(.*?)(\n```)", fix, md, count=1, flags=re.S)
+
+
 def showdoc_to_markdown(md, labels):
     "show_doc's Markdown output -> Markdown cell text: label, heading, source link, signature, doc."
     # leading horizontal rule dropped: docutils rejects a transition right before a section title
     md = re.sub(r"^\s*---\s*\n", "", md)
+    md = wrap_signature(md)
     # `[source](url){target=... style=...}` is Quarto attribute syntax; keep a plain link and drop
     # the `#LNone` fragment show_doc writes when it could not find the line number
     md = _re_srclink.sub(lambda m: f"[source]({re.sub(r'#LNone$', '', m.group(1))}){{.api-source}}", md)
@@ -120,9 +171,10 @@ def frontmatter(cell):
         return None
 
 
-def convert(nb, stem, labels):
+def convert(nb, stem, labels, problems=None):
     "Rewrite one processed notebook in place; returns its {anchor: label} map of API entries."
     cells, api, title = [], {}, None
+    problems = [] if problems is None else problems
     for cell in nb["cells"]:
         s = src(cell)
         fm = frontmatter(cell) if cell["cell_type"] == "raw" and title is None else None
@@ -136,12 +188,16 @@ def convert(nb, stem, labels):
             continue
         if cell["cell_type"] == "code":
             dirs, code = split_directives(s)
-            md = md_output(cell)
-            if re.match(r"^\s*show_doc\(", code) and md:
-                text, entry = showdoc_to_markdown(md, labels)
-                if entry: api.setdefault(entry[0], entry[1])
-                cells.append({"cell_type": "markdown", "metadata": {}, "source": text})
+            mds = md_outputs(cell)
+            if _re_showdoc.search(code) and mds:
+                for md in mds:
+                    text, entry = showdoc_to_markdown(md, labels)
+                    if entry: api.setdefault(entry[0], entry[1])
+                    cells.append({"cell_type": "markdown", "metadata": {}, "source": text})
                 continue
+            hidden = "remove-cell" in cell.get("metadata", {}).get("tags", [])
+            if _re_showdoc.search(code) and not hidden:
+                problems.append(f"{stem}: `{code.strip()[:60]}` has no output (empty API entry)")
             tags = list(cell.get("metadata", {}).get("tags", []))
             if dirs.get("echo", "").lower() == "false": tags.append("remove-input")
             if dirs.get("output", "").lower() == "false": tags.append("remove-output")
@@ -184,26 +240,47 @@ def rewrite_links(nb, page2doc, api):
 
 
 def main():
-    index, chapters = discover()
+    index, chapters = discover(SRC)
     if OUT.exists(): shutil.rmtree(OUT)
     OUT.mkdir(parents=True)
-    # non-notebook files next to the notebooks (images referenced from Markdown) come along
-    for f in PROC.rglob("*"):
-        if f.is_file() and f.suffix not in SKIP_SUFFIXES and not any(p.startswith((".", "_")) for p in f.relative_to(PROC).parts):
-            d = OUT / f.relative_to(PROC)
-            d.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(f, d)
-    labels, nbs, api, page2doc = set(), {}, {}, {}
+    # non-notebook files next to the notebooks (images referenced from Markdown, e.g. the saved
+    # figure of a `#| notest` run in nbs/images/) come along; nbdev's processing copies only the
+    # top folder (settings.ini: recursive = False), so subfolders are taken from SRC itself
+    for base in (PROC, SRC):
+        for f in base.rglob("*"):
+            rel = f.relative_to(base)
+            if f.is_file() and f.suffix not in SKIP_SUFFIXES and not any(
+                    p.startswith((".", "_")) for p in rel.parts) and not (OUT / rel).exists():
+                (OUT / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(f, OUT / rel)
+    labels, nbs, api, page2doc, problems, sources = set(), {}, {}, {}, [], set()
     for p in index + chapters:
         proc = PROC / p.name
         if not proc.exists(): sys.exit(f"stage_nbs: {proc} missing: did proc_nbs fail?")
         nb = json.loads(proc.read_text(encoding="utf-8"))
-        api[p.stem] = convert(nb, p.stem, labels)
+        if EXECUTED:
+            run = nb.get("metadata", {}).get("minivllm_executed")
+            if not run: problems.append(f"{p.stem}: not executed by docs/run_nbs.py into {SRC}")
+            elif not run.get("ok"):
+                problems.append(f"{p.stem}: its execution failed (see the notebook tests)")
+            else:
+                orig = Path(run["notebook"])
+                sources.add(orig.parent)
+                if orig.exists() and p.stat().st_mtime < orig.stat().st_mtime:
+                    print(f"stage_nbs: note: {orig} changed after it was executed", flush=True)
+        api[p.stem] = convert(nb, p.stem, labels, problems)
+        n_out = sum(1 for c in nb["cells"] if c["cell_type"] == "code" and c.get("outputs"))
+        if p.stem != "index" and n_out + len(api[p.stem]) == 0:
+            problems.append(f"{p.stem}: the page has no outputs (run the notebook and save it)")
         # myst-nb picks the code lexer from the notebook metadata; default to Python
         nb.setdefault("metadata", {}).setdefault("language_info", {"name": "python", "pygments_lexer": "ipython3"})
         nbs[p.stem] = nb
         page2doc[nbdev_page(p.stem)] = p.stem
     page2doc.setdefault("index", "index")
+    for folder in sources:  # every notebook of the folder that was executed must be on the site
+        for p in sum(discover(folder), []):
+            if p.stem not in nbs:
+                problems.append(f"{p.stem}: in {folder} but not executed into {SRC}")
     for stem, nb in nbs.items():
         rewrite_links(nb, page2doc, api)
     # the home page: the index notebook (or a stand-in) followed by the table of contents
@@ -215,7 +292,11 @@ def main():
         (OUT / "index.md").write_text(f"# {title}\n\n> {desc}\n" + "\n".join(toc), encoding="utf-8")
     for stem, nb in nbs.items():
         (OUT / f"{stem}.ipynb").write_text(json.dumps(nb, indent=1, ensure_ascii=False), encoding="utf-8")
-    print(f"stage_nbs: {len(nbs)} notebook(s) -> {OUT.relative_to(ROOT)}: " + ", ".join(nbs), flush=True)
+    print(f"stage_nbs: {len(nbs)} notebook(s) from {SRC} -> {OUT.relative_to(ROOT)}: "
+          + ", ".join(nbs), flush=True)
+    if problems:
+        print("stage_nbs: FAILED:\n  " + "\n  ".join(problems), flush=True)
+        sys.exit(1)
 
 
 if __name__ == "__main__":
