@@ -9,8 +9,9 @@ from matplotlib.figure import Figure
 from minivllm.request import Request, SamplingParams
 from minivllm.scheduler import Scheduler, SchedulerConfig, CacheConfig
 from minivllm.engine import EngineCore
-from minivllm.testing import FakeWorker, step_log, scheduled_entries, e12_workload
-from minivllm.timeline import (TimelineRecorder, run_with_recorder, record_workload, attach_timeline, plot_timeline,
+from minivllm.testing import (FakeWorker, step_log, scheduled_entries, e12_workload, run_with_recorder,
+                              record_workload)
+from minivllm.timeline import (TimelineRecorder, attach_timeline, plot_timeline, device_label,
                                plot_kv_cache, plot_pool_at, plot_block_table, step_batch_inputs, plot_prepare_inputs)
 
 
@@ -143,6 +144,87 @@ def test_records_are_consistent(wl):
     for q in reqs: assert len(sampled[q["id"]]) == min(q["max_tokens"], cfg["max_model_len"] - len(q["prompt"]))
 
 
+class FullScan:
+    "The reference for the recorder's deltas: read every block of the pool after every step."
+    def __init__(self): self.hashes, self.rows = None, []
+
+    def __call__(self, scheduler, so, eco):
+        pool = scheduler.kv_cache_manager.block_pool
+        hashes = [b.block_hash for b in pool.blocks]
+        old = self.hashes or [None] * len(hashes)
+        evicted = sum(1 for o, n in zip(old, hashes) if o is not None and n != o)
+        self.hashes = hashes
+        cached_free = sum(1 for b in pool.blocks[1:] if b.ref_cnt == 0 and b.block_hash is not None)
+        self.rows.append((pool.get_num_free_blocks(), cached_free,
+                          sum(h is not None for h in hashes[1:]), evicted))
+
+
+@settings(max_examples=150, deadline=None)
+@given(workloads(), st.lists(st.tuples(st.integers(0, 30), st.integers(0, 5)), max_size=3),
+       st.lists(st.integers(0, 30), max_size=2))
+def test_block_counts_from_deltas_equal_a_full_scan(wl, aborts, resets):
+    "Free, cached-but-free, hashed and evicted counts kept from the deltas equal a full count, with"
+    " preemptions (both policies), aborts between steps and prefix-cache resets."
+    cfg, reqs = wl
+    s, arrivals = build(cfg, reqs)
+    scan = FullScan()
+    core = EngineCore(s, FakeWorker())
+    rec = attach_timeline(core)
+    core.step_observers.append(scan)
+    ids = [r["id"] for r in reqs]
+    for step in range(500):
+        for r in arrivals.pop(step, []): core.add_request(r)
+        core.abort_requests(list(dict.fromkeys(ids[i] for t, i in aborts if t == step
+                                               and i < len(ids) and ids[i] in s.requests)))
+        if step in resets: s.reset_prefix_cache()
+        if not s.has_requests():
+            if not arrivals: break
+            rec.idle(); continue
+        core.step()
+    assert [(r.num_free_blocks, r.num_cached_free_blocks, r.num_cached_blocks, r.num_evicted_blocks)
+            for r in rec] == scan.rows
+    # full passes only at the start, after a preempting step and after a reset: the rest are deltas
+    assert rec.num_rescans <= 1 + sum(bool(r.preempted_req_ids) for r in rec) + len(resets)
+
+
+def test_recorder_work_does_not_grow_with_the_pool_or_the_history():
+    "After its first full pass, the recorder looks at the same blocks per step in a pool 100x larger,"
+    " and a longer history does not add any."
+    def run(num_blocks, prompt_len, num_reqs=32, steps=33):
+        s = Scheduler(SchedulerConfig(num_reqs * prompt_len, num_reqs, prompt_len + steps + 8),
+                      CacheConfig(16, num_blocks))
+        core = EngineCore(s, FakeWorker())
+        rec = attach_timeline(core)
+        for i in range(num_reqs):
+            prompt = [i] + list(range(1000, 1000 + prompt_len - 1))
+            core.add_request(Request(f"r{i}", prompt, SamplingParams(max_tokens=steps + 2,
+                                                                      ignore_eos=True)))
+        core.step()                              # the prefills
+        before = rec.blocks_inspected
+        for _ in range(steps): core.step()
+        assert rec.num_rescans == 1
+        return (rec.blocks_inspected - before) / steps
+    small, large, long_history = run(1_000, 64), run(100_000, 64), run(100_000, 1024)
+    assert small == large == long_history
+    assert small <= 32 * 2      # each request's current block, plus a new one every 16 steps
+
+
+def test_timeline_loads_neither_the_harness_nor_matplotlib():
+    import subprocess, sys
+    code = ("import sys, minivllm.timeline; "
+            "print('minivllm.testing' in sys.modules, 'matplotlib' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]
+
+
+def test_records_pickle_with_their_requests(small_run):
+    import pickle
+    back = pickle.loads(pickle.dumps(small_run.records))
+    assert [r.grants for r in back] == [r.grants for r in small_run]
+    assert [r.e12() for r in back] == [r.e12() for r in small_run]
+    assert all(r.source is None for r in back)
+
+
 def test_e12_step_12_line_for_line():
     rec = record_workload(e12_workload())
     assert rec[12].e12() == ("step=12 token_budget=4096 scheduled=1538\n"
@@ -202,4 +284,9 @@ def test_attach_timeline_to_llm_like():
     llm.engine_core.add_request(Request("a", [1, 2, 3, 4, 5], SamplingParams(max_tokens=2, ignore_eos=True)))
     while llm.engine_core.scheduler.has_requests(): llm.engine_core.step()
     assert [r.grants for r in rec] == [{"a": 5}, {"a": 1}, {}]
-    assert rec.settings_label().startswith("cpu, Tiny | budget 8")
+    assert rec.settings_label().startswith("Tiny on cpu | budget 8")
+
+
+def test_device_label():
+    assert device_label("cpu", "SmolLM2-135M-Instruct") == "SmolLM2-135M-Instruct on cpu"
+    assert device_label("cpu") == "cpu"
