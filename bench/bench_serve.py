@@ -23,7 +23,7 @@ import httpx
 import numpy as np
 
 from minivllm.engine_core_proc import AsyncLLM
-from minivllm.model import make_tiny_model
+from minivllm.testing import make_tiny_model
 from minivllm.server import build_app, serve_in_thread
 
 RESULTS = Path(__file__).parent / "results"

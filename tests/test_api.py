@@ -1,4 +1,4 @@
-"""The public surface of API.md is importable from the top-level package."""
+"""The public API is importable from the top-level package, and importing it stays light."""
 import pytest
 
 import minivllm
@@ -12,7 +12,8 @@ SCHEDULER = ["SchedulerConfig", "CacheConfig", "Scheduler", "FCFSRequestQueue", 
              "create_request_queue"]
 WORKER = ["CachedRequestState", "BlockTable", "InputBatch", "prepare_inputs", "Sampler", "ModelRunner",
           "AttentionMetadata", "get_attn_backend", "load_model"]
-ENGINE = ["LLM", "EngineCore", "RequestOutput", "CompletionOutput", "TimelineRecorder", "AsyncLLM", "build_app"]
+ENGINE = ["LLM", "EngineCore", "EngineArgs", "RequestOutput", "CompletionOutput", "RequestOutputKind",
+          "Logprob", "TimelineRecorder", "AsyncLLM", "build_app"]
 
 
 @pytest.mark.parametrize("name", REQUESTS + OUTPUTS + KV_CACHE + SCHEDULER + WORKER + ENGINE)
@@ -34,3 +35,13 @@ def test_request_counters_stay_consistent():
     assert (r.num_tokens, r.num_output_tokens, r.num_tokens_with_spec) == (6, 3, 6)
     with pytest.raises(ValueError, match="empty"):
         minivllm.Request("e", [])
+
+
+def test_imports_stay_light():
+    "`import minivllm.engine` loads neither the test harness nor the server stack (a fresh interpreter)."
+    import subprocess, sys
+    code = ("import sys, minivllm.engine, minivllm.cli; "
+            "print(sorted(m for m in ('minivllm.testing', 'fastapi', 'uvicorn', 'zmq', 'matplotlib') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -7,8 +7,10 @@ import pytest
 import torch
 
 from minivllm.engine import LLM
-from minivllm.model import default_model_path, make_tiny_model
+from minivllm.model import default_model_path
 from minivllm.request import SamplingParams
+
+from minivllm.testing import make_tiny_model
 
 GREEDY = SamplingParams(temperature=0, max_tokens=24)
 ARCHS = ["LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"]
@@ -161,7 +163,7 @@ def test_llm_timeline_records_the_generation(tiny_dirs):
     assert [sampled[o.request_id] for o in outs] == token_ids(outs)
     computed = {q.req_id: q.num_computed_after for r in rec for q in r.scheduled}   # the last value per request
     assert [computed[o.request_id] for o in outs] == [len(p) + 5 - 1 for p in prompts]  # the last token is not fed
-    assert rec.settings["max_num_batched_tokens"] == 8 and "cpu" in rec.settings_label()
+    assert rec.settings["max_num_batched_tokens"] == 8 and str(llm.device) in rec.settings_label()
 
 
 # ---------------------------------------------------------------- seeded sampling
@@ -234,10 +236,28 @@ def test_progress_bar_and_interrupted_loop(tiny_dirs, capsys):
 
 # ---------------------------------------------------------------- console command
 
-def test_cli_generate_and_bench(tiny_dirs, capsys):
+def test_cli_generate_and_bench(tiny_dirs, capsys, tmp_path):
+    import json, sys
     from minivllm.cli import main
-    main(["generate", "What is the capital of France?", "--max-tokens", "12"])
+    main(["generate", "What is the capital of France?", "--max-tokens", "12", "--num-gpu-blocks", "64"])
     assert "Paris" in capsys.readouterr().out
-    main(["bench", "--model", str(tiny_dirs["LlamaForCausalLM"]), "--num-prompts", "3", "--input-len", "8",
-          "--output-len", "4"])
-    assert "3 prompts x 8 tokens -> 12 output tokens" in capsys.readouterr().out
+    assert not any(m in sys.modules for m in ("fastapi", "uvicorn", "zmq"))   # only `serve` imports them
+    tiny = ["--model", str(tiny_dirs["LlamaForCausalLM"]), "--input-len", "8", "--output-len", "4"]
+    main(["bench", "throughput", "--num-prompts", "3", "--output-json", str(tmp_path / "t.json"), *tiny])
+    out = capsys.readouterr().out
+    assert out.startswith("Throughput: ") and "requests/s" in out and "Total num output tokens:  12" in out
+    assert json.loads((tmp_path / "t.json").read_text())["total_num_tokens"] == 3 * (8 + 4)
+    main(["bench", "latency", "--batch-size", "2", "--num-iters-warmup", "1", "--num-iters", "4",
+          "--output-json", str(tmp_path / "l.json"), *tiny])
+    out = capsys.readouterr().out
+    assert out.startswith("Avg latency: ") and "99% percentile latency: " in out
+    assert len(json.loads((tmp_path / "l.json").read_text())["latencies"]) == 4
+
+
+def test_cli_generate_n_stop_logprobs_timeline(capsys, tmp_path):
+    from minivllm.cli import main
+    png = tmp_path / "run.png"
+    main(["generate", "Name a fruit.", "--n", "2", "--temperature", "0.8", "--stop", ".", "--logprobs", "1",
+          "--max-tokens", "12", "--num-gpu-blocks", "64", "--seed", "3", "--timeline", str(png)])
+    out = capsys.readouterr().out
+    assert "[0] " in out and "[1] " in out and out.count("cumulative logprob") == 2 and png.stat().st_size > 0

@@ -3,8 +3,9 @@ import asyncio, json, time
 import httpx, openai, pytest, torch
 from minivllm.engine import LLM
 from minivllm.engine_core_proc import AsyncLLM, EngineDeadError
-from minivllm.model import make_tiny_model
 from minivllm.request import SamplingParams
+
+from minivllm.testing import make_tiny_model
 from minivllm.server import build_app, serve_in_thread
 
 torch.set_num_threads(1)
@@ -68,7 +69,8 @@ def test_stop_strings_and_validation(embedded):
     sp = SamplingParams(temperature=0, max_tokens=20)
     _, full, _, _ = asyncio.run(collect(async_llm, "Count: 1, 2, 3,", sp))
     stop = full[full.index(",") + 1:][:3]     # a string the model does produce
-    _, text, _, last = asyncio.run(collect(async_llm, "Count: 1, 2, 3,", sp, stop=[stop]))
+    stopped = SamplingParams(temperature=0, max_tokens=20, stop=[stop])
+    _, text, _, last = asyncio.run(collect(async_llm, "Count: 1, 2, 3,", stopped))
     assert text == full[:full.index(stop)] and (last.outputs[0].finish_reason, last.outputs[0].stop_reason) == ("stop", stop)
     for prompt, message in [([1] * 1024, "max_model_len"), ([10**7], "vocabulary"), ([], "non-empty")]:
         with pytest.raises(ValueError, match=message): asyncio.run(collect(async_llm, prompt, sp))
@@ -171,8 +173,9 @@ def test_bad_requests_get_openai_400(tiny):
     check_400(post("completions", json={"prompt": "text needs a tokenizer"}), "no tokenizer")
     check_400(post("chat/completions", json={"messages": [{"role": "user", "content": "hi"}]}), "chat template")
     for bad, field in [({"temperature": -1}, "temperature"), ({"top_p": 1.5}, "top_p"), ({"max_tokens": 0}, "max_tokens"),
-                       ({"max_tokens": "many"}, "max_tokens"), ({"n": 2}, "n=1"), ({"prompt": [10**6]}, "vocabulary"),
-                       ({"stream": True, "top_p": 0}, "top_p")]:
+                       ({"max_tokens": "many"}, "max_tokens"), ({"n": 2, "temperature": 0}, "greedy"),
+                       ({"prompt": [10**6]}, "vocabulary"), ({"stream": True, "top_p": 0}, "top_p"),
+                       ({"echo": True}, "echo"), ({"logprobs": -1}, "logprobs")]:
         check_400(post("completions", json={"prompt": [1, 2, 3]} | bad), field)
     check_400(post("completions", json={"max_tokens": 3}), "prompt")
     client = openai.OpenAI(base_url=f"{url}/v1", api_key="EMPTY", max_retries=0)
@@ -184,13 +187,14 @@ def test_bad_requests_get_openai_400(tiny):
 
 def test_engine_keeps_a_timeline_only_when_asked(tiny, tiny_path):
     "`LLM` always records; the engine process drops that recorder unless `record_timeline=True`."
+    from minivllm.engine import EngineArgs
     from minivllm.engine_core_proc import make_engine_core
     from minivllm.timeline import TimelineRecorder
-    kw = dict(model=tiny_path, num_gpu_blocks=8, max_model_len=64)
-    core, info = make_engine_core(**kw)
+    args = EngineArgs(model=str(tiny_path), num_gpu_blocks=8, max_model_len=64)
+    core = make_engine_core(args)
     assert not any(isinstance(o, TimelineRecorder) for o in core.step_observers)
-    assert (info["num_gpu_blocks"], info["max_model_len"]) == (8, 64)
-    core, _ = make_engine_core(record_timeline=True, **kw)
+    assert (core.info["num_gpu_blocks"], core.info["max_model_len"]) == (8, 64)
+    core = make_engine_core(args, record_timeline=True)
     assert [type(o) for o in core.step_observers] == [TimelineRecorder]
     with pytest.raises(ValueError, match="record_timeline=True"): tiny[0].get_timeline()   # started without it
 
@@ -207,3 +211,51 @@ def test_engine_failures_reach_the_client(tiny_path):
         with pytest.raises(EngineDeadError, match="exited"): asyncio.run(killed_mid_stream())
         with serve_in_thread(build_app(async_llm)) as url:
             assert httpx.get(f"{url}/health").status_code == 503
+
+
+def test_n_and_logprobs_tiny(tiny, tiny_path):
+    "n completions and logprobs in both OpenAI formats; streamed chunks add up to the whole response."
+    _, url = tiny
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="EMPTY", max_retries=0)
+    kw = dict(model="tiny", prompt=[5, 9, 14, 2], max_tokens=6, temperature=1.0, seed=4, n=3, logprobs=2,
+              extra_body={"ignore_eos": True, "return_token_ids": True})
+    whole = client.completions.create(**kw)
+    assert [c.index for c in whole.choices] == [0, 1, 2] and whole.usage.completion_tokens == 18
+    expected = LLM(tiny_path, **TINY).generate([[5, 9, 14, 2]], SamplingParams(
+        n=3, temperature=1.0, seed=4, max_tokens=6, ignore_eos=True, logprobs=2), use_tqdm=False)[0]
+    for c, ref in zip(whole.choices, expected.outputs):
+        assert c.model_extra["token_ids"] == ref.token_ids
+        assert c.logprobs.tokens == [f"token_id:{t}" for t in ref.token_ids]      # no tokenizer: ids
+        assert c.logprobs.token_logprobs == pytest.approx([s[t].logprob for t, s in zip(ref.token_ids, ref.logprobs)],
+                                                          abs=1e-4)   # other thread count, other sums
+        assert all(len(top) == 2 for top in c.logprobs.top_logprobs)
+    chunks = list(client.completions.create(stream=True, **kw))
+    streamed = {}
+    for ch in chunks:
+        for c in ch.choices: streamed.setdefault(c.index, []).extend(c.logprobs.tokens)
+    assert streamed == {c.index: c.logprobs.tokens for c in whole.choices}
+
+
+def test_chat_logprobs_and_n_embedded(embedded):
+    _, url = embedded
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="EMPTY", max_retries=0)
+    messages = [{"role": "user", "content": "Name a colour."}]
+    kw = dict(model=client.models.list().data[0].id, messages=messages, max_tokens=6, temperature=0,
+              logprobs=True, top_logprobs=2, extra_body={"ignore_eos": True})
+    chat = client.chat.completions.create(**kw)
+    content = chat.choices[0].logprobs.content
+    specials = set(embedded[0].get_tokenizer().all_special_tokens)   # in the tokens, not in the text
+    text = "".join(e.token for e in content if e.token not in specials)
+    assert text == chat.choices[0].message.content and len(content) == 6
+    assert all(e.top_logprobs[0].token == e.token and len(e.top_logprobs) == 2 for e in content)   # greedy
+    assert all(bytes(e.bytes).decode() == e.token for e in content)
+    chunks = list(client.chat.completions.create(stream=True, **kw))
+    streamed = [e for ch in chunks if ch.choices and ch.choices[0].logprobs for e in ch.choices[0].logprobs.content]
+    assert [e.token for e in streamed] == [e.token for e in content]
+    # the second run reads the prompt from the prefix cache: the same values up to float rounding
+    assert [e.logprob for e in streamed] == pytest.approx([e.logprob for e in content], abs=1e-3)
+    with pytest.raises(openai.BadRequestError, match="logprobs: true"):
+        client.chat.completions.create(**(kw | dict(logprobs=False)))
+    many = client.chat.completions.create(model=kw["model"], messages=messages, max_tokens=8, temperature=1.0,
+                                          n=2, seed=1, stop=["\n"])
+    assert [c.index for c in many.choices] == [0, 1] and all("\n" not in c.message.content for c in many.choices)
