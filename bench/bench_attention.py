@@ -15,8 +15,8 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 import torch.nn.functional as F
 
-from minivllm.attention import (get_attn_backend, make_paged_batch, paged_attention_ref, split_kv_decode_attention,
-                                unified_attention)
+from minivllm.attention import get_attn_backend, paged_attention_ref, split_kv_decode_attention, unified_attention
+from minivllm.testing import make_paged_batch
 
 
 def timeit(f, dev, reps=None):

@@ -9,9 +9,10 @@ if not torch.cuda.is_available():
 
 from hypothesis import given, settings, strategies as st
 
-from minivllm.attention import (AttentionMetadata, get_attn_backend, make_paged_batch, paged_attention_ref,
-                                reshape_and_cache, reshape_and_cache_ref, split_kv_decode_attention,
-                                torch_paged_attention, unified_attention)
+from minivllm.attention import (AttentionMetadata, get_attn_backend, paged_attention_ref, reshape_and_cache,
+                                reshape_and_cache_ref, split_kv_decode_attention, torch_paged_attention,
+                                unified_attention)
+from minivllm.testing import make_paged_batch
 
 CUDA = torch.cuda.is_available()
 DEV = "cuda" if CUDA else "cpu"  # Triton kernels need CUDA tensors natively, CPU tensors under the interpreter
@@ -202,6 +203,58 @@ def test_torch_backend_random_batches(reqs, block_size, qpk, share, pad, seed):
              num_kv_heads=2, qpk=qpk, head_dim=32, share_prefix=share, pad=pad, seed=seed)
 
 
+# ---------------------------------------------------------------- CUDA-graph padding and launch rules
+@pytest.mark.parametrize("kernel", ["split_kv", "unified", "torch"])
+@pytest.mark.parametrize("pad_seq_len", [0, 1])
+def test_padded_decode_rows_do_not_disturb_real_rows(kernel, pad_seq_len):
+    "A decode batch padded as a CUDA graph pads it (slot -1, seq_len 0 or 1 on a real block) gives the real rows"
+    " the unpadded answer, and writes nothing for the padding."
+    dev = "cuda" if CUDA and kernel != "torch" else "cpu"
+    q, k, v, cache, md = make_paged_batch([1] * 3, [5, 40, 17], num_kv_heads=2, qpk=3, device=dev, seed=5)
+    ref_cache = cache.clone()
+    reshape_and_cache_ref(k, v, ref_cache, md.slot_mapping)
+    real = paged_attention_ref(q.cpu(), ref_cache.cpu(), _to_cpu(md), 0.125)
+    P = 3                                                     # padding rows: the graph's batch is 6
+    qp = torch.cat([q, torch.randn(P, *q.shape[1:], device=dev)])
+    kp, vp = (torch.cat([x, torch.randn(P, *x.shape[1:], device=dev)]) for x in (k, v))
+    i32 = dict(dtype=torch.int32, device=dev)
+    mdp = AttentionMetadata(torch.arange(7, **i32), torch.cat([md.seq_lens, torch.full((P,), pad_seq_len, **i32)]),
+                            torch.cat([md.block_table, md.block_table[:1].expand(P, -1)]),   # a real block
+                            torch.cat([md.slot_mapping, torch.full((P,), -1, dtype=torch.int64, device=dev)]),
+                            1, int(md.seq_lens.max()))
+    be = get_attn_backend("torch" if kernel == "torch" else "triton", dev)
+    be.write_kv(kp, vp, cache, mdp.slot_mapping)
+    assert torch.equal(cache, ref_cache)                      # padding wrote nothing
+    f = dict(unified=unified_attention, split_kv=split_kv_decode_attention, torch=torch_paged_attention)[kernel]
+    out = f(qp, cache, mdp, 0.125)
+    torch.testing.assert_close(out[:3].cpu(), real, atol=1e-4, rtol=1e-4)
+    if pad_seq_len == 0: assert out[3:].abs().sum() == 0 and torch.isfinite(out).all()
+
+
+def test_split_kv_workspace_is_allocated_once():
+    "Decode steps reuse one scratch buffer: nothing is allocated per call (a CUDA graph replays its pointers)."
+    import minivllm.attention as A
+    dev = "cuda" if CUDA else "cpu"
+    q, k, v, cache, md = make_paged_batch([1] * 4, [3, 60, 17, 9], num_kv_heads=2, qpk=2, device=dev)
+    split_kv_decode_attention(q, cache, md, 0.125)
+    ws = A._split_kv_workspace(q.device, 4, 4, 2, 64)
+    assert ws[1].shape[0] == A.SPLIT_KV_MAX_PROGRAMS // 2      # sized for the largest batch dispatched here
+    q2, k2, v2, cache2, md2 = make_paged_batch([1] * 7, [5] * 7, num_kv_heads=2, qpk=2, device=dev, seed=1)
+    split_kv_decode_attention(q2, cache2, md2, 0.125)
+    assert A._split_kv_workspace(q.device, 7, 4, 2, 64)[0].data_ptr() == ws[0].data_ptr()
+
+
+def test_launch_rules_are_checked():
+    from minivllm.attention import KernelConfig, check_dot_shapes, kernel_config
+    assert kernel_config("prefill", torch.float32, 128) == KernelConfig(32, 16, 4)
+    assert kernel_config("decode", torch.bfloat16, 64).block_m == 16
+    with pytest.raises(ValueError, match="tl.dot needs >= 16"): kernel_config("decode", torch.float16, 8)
+    with pytest.raises(ValueError, match="TILE = 8: tl.dot needs"): check_dot_shapes(16, 8, 64)
+    with pytest.raises(ValueError, match="power of two"): check_dot_shapes(48, 16, 64)
+    q, k, v, cache, md = make_paged_batch([2], [3], num_kv_heads=1, qpk=2, head_dim=64)
+    with pytest.raises(ValueError, match="BLOCK_M = 8"): unified_attention(q, cache, md, 0.1, config=KernelConfig(8, 16, 4))
+
+
 # ---------------------------------------------------------------- interface
 def test_get_attn_backend():
     assert get_attn_backend("auto", "cpu").name == "torch"
@@ -228,51 +281,79 @@ def test_triton_native_fp32_is_ieee():
 
 
 COMPILE_SCRIPT = r"""
-import os
+import os, re, subprocess, sys, tempfile
 os.environ["TRITON_INTERPRET"] = "0"
-import triton
+import torch, triton
 from triton.compiler import ASTSource
 from triton.backends.compiler import GPUTarget
+from triton.backends.nvidia import compiler as nvidia
 import minivllm.attention as A
-tgt = GPUTarget("cuda", 90, 32)
+PTXAS = os.path.join(os.path.dirname(nvidia.__file__), "bin", "ptxas")
+TARGET = GPUTarget("cuda", 90, 32)
+STRIDES = lambda kernel: {s: "i32" for s in kernel.arg_names if s.startswith("stride")}
+
+def spills(kernel, sig, cx, num_warps=4):
+    "Compile for sm_90 and return the bytes ptxas reports spilled (stores + loads)."
+    sig = {**sig, **STRIDES(kernel), **{k: "constexpr" for k in cx}}
+    k = triton.compile(ASTSource(kernel, sig, constexprs=cx), target=TARGET, options={"num_warps": num_warps})
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f: f.write(k.asm["ptx"])
+    r = subprocess.run([PTXAS, "-arch=sm_90a", "-v", f.name, "-o", os.devnull], capture_output=True, text=True)
+    m = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", r.stderr)
+    assert r.returncode == 0 and m, r.stderr[-2000:]
+    return int(m[1]) + int(m[2])
+
+TORCH = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+bad = []
 for dt in ["fp16", "bf16", "fp32"]:
-    for qpk, bm, d, one_seq in [(3, 64, 64, False), (4, 16, 128, True)]:
-        sig = dict(q_ptr=f"*{dt}", cache_ptr=f"*{dt}", out_ptr=f"*{dt}", cu_q_ptr="*i32", seq_lens_ptr="*i32",
-                   bt_ptr="*i32", scale="fp32", num_seqs="constexpr" if one_seq else "i32")
-        sig.update({s: "i32" for s in A._unified_attention_kernel.arg_names if s.startswith("stride")})
-        cx = dict(QPK=qpk, BLOCK_M=bm, BLOCK_Q=bm // qpk, TILE=32, BLOCK_SIZE=16, HEAD_DIM=d, HEAD_PAD=d,
-                  UPCAST=False, IEEE=dt == "fp32", **({"num_seqs": 1} if one_seq else {}))
-        sig.update({k: "constexpr" for k in cx})
-        triton.compile(ASTSource(A._unified_attention_kernel, sig, constexprs=cx), target=tgt)
-    for qpk, d in [(3, 64), (4, 128)]:
-        sig = dict(q_ptr=f"*{dt}", cache_ptr=f"*{dt}", cu_q_ptr="*i32", seq_lens_ptr="*i32", bt_ptr="*i32",
-                   scale="fp32", acc_ptr="*fp32", m_ptr="*fp32", l_ptr="*fp32", num_heads="i32")
-        sig.update({s: "i32" for s in A._split_kv_decode_kernel.arg_names if s.startswith("stride")})
-        cx = dict(QPK=qpk, BLOCK_M=16, TILE=32, BLOCK_SIZE=16, HEAD_DIM=d, HEAD_PAD=d, NUM_SEGMENTS=16,
-                  UPCAST=False, IEEE=dt == "fp32")
-        sig.update({k: "constexpr" for k in cx})
-        triton.compile(ASTSource(A._split_kv_decode_kernel, sig, constexprs=cx), target=tgt)
+    for head in [64, 128, 256]:
+        for kind in ["prefill", "decode", "split_kv"]:
+            cfg = A.kernel_config(kind, TORCH[dt], head)
+            qpk = 3 if kind == "prefill" else 4
+            common = dict(QPK=qpk, BLOCK_M=cfg.block_m, TILE=cfg.tile, BLOCK_SIZE=16, HEAD_DIM=head,
+                          HEAD_PAD=head, UPCAST=False, IEEE=dt == "fp32")
+            if kind == "split_kv":
+                sig = dict(q_ptr=f"*{dt}", cache_ptr=f"*{dt}", cu_q_ptr="*i32", seq_lens_ptr="*i32",
+                           bt_ptr="*i32", scale="fp32", acc_ptr="*fp32", m_ptr="*fp32", l_ptr="*fp32",
+                           num_heads="i32")
+                n = spills(A._split_kv_decode_kernel, sig,
+                           dict(common, NUM_SEGMENTS=A.SPLIT_KV_NUM_SEGMENTS), cfg.num_warps)
+            else:
+                sig = dict(q_ptr=f"*{dt}", cache_ptr=f"*{dt}", out_ptr=f"*{dt}", cu_q_ptr="*i32",
+                           seq_lens_ptr="*i32", bt_ptr="*i32", scale="fp32", num_seqs="i32")
+                n = spills(A._unified_attention_kernel, sig, dict(common, BLOCK_Q=cfg.block_m // qpk),
+                           cfg.num_warps)
+            print(dt, head, kind, cfg, "spilled", n, flush=True)
+            if n: bad.append((dt, head, kind, n))
         sig = dict(out_ptr=f"*{dt}", cu_q_ptr="*i32", acc_ptr="*fp32", m_ptr="*fp32", l_ptr="*fp32",
-                   num_heads="i32", stride_ot="i32", stride_oh="i32")
-        cx = dict(HEAD_DIM=d, HEAD_PAD=d, NUM_SEGMENTS=16)
-        sig.update({k: "constexpr" for k in cx})
-        triton.compile(ASTSource(A._reduce_segments_kernel, sig, constexprs=cx), target=tgt)
+                   num_heads="i32")
+        n = spills(A._reduce_segments_kernel, sig,
+                   dict(HEAD_DIM=head, HEAD_PAD=head, NUM_SEGMENTS=A.SPLIT_KV_NUM_SEGMENTS))
+        if n: bad.append((dt, head, "reduce", n))
     sig = dict(key_ptr=f"*{dt}", value_ptr=f"*{dt}", cache_ptr=f"*{dt}", slot_ptr="*i64")
-    sig.update({s: "i32" for s in A._reshape_and_cache_kernel.arg_names if s.startswith("stride")})
-    cx = dict(BLOCK_SIZE=16, NUM_KV_HEADS=3, HEAD_DIM=64, TILE=256)
-    sig.update({k: "constexpr" for k in cx})
-    triton.compile(ASTSource(A._reshape_and_cache_kernel, sig, constexprs=cx), target=tgt)
-print("compiled")
+    n = spills(A._reshape_and_cache_kernel, sig, dict(BLOCK_SIZE=16, NUM_KV_HEADS=3, HEAD_DIM=64, TILE=256))
+    if n: bad.append((dt, "reshape_and_cache", n))
+print("spilled:", bad)
 """
 
 
 @pytest.mark.skipif(CUDA, reason="on a GPU the native tests compile and run the kernels")
-def test_kernels_compile_for_cuda_target_without_gpu():
-    "The interpreter accepts Python the GPU compiler rejects: compile both kernels for sm_90 ahead of time."
+def test_every_kernel_config_compiles_for_sm90_without_spills():
+    "Every entry of KERNEL_CONFIGS (and the reduce and write kernels) compiles for sm_90 on a CPU, 0 bytes spilled."
     import subprocess, sys
     try:
         from triton.backends.nvidia.compiler import CUDABackend  # noqa: F401
     except Exception:
         pytest.skip("triton's CUDA backend is not installed")
-    r = subprocess.run([sys.executable, "-c", COMPILE_SCRIPT], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0 and "compiled" in r.stdout, r.stderr[-3000:]
+    r = subprocess.run([sys.executable, "-c", COMPILE_SCRIPT], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "spilled: []" in r.stdout, r.stdout[-3000:]
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
+def test_kernels_launch_on_the_tensors_device():
+    "Tensors on cuda:1 while torch's current device is cuda:0: the kernels must run on cuda:1."
+    torch.cuda.set_device(0)
+    run_step(get_attn_backend("triton", "cuda:1"), MIXED_Q, MIXED_CTX, torch.bfloat16, device="cuda:1",
+             num_kv_heads=2, qpk=3, pad=3)
+    run_step(get_attn_backend("triton", "cuda:1"), [1] * 4, [5, 40, 17, 3], torch.bfloat16, device="cuda:1",
+             num_kv_heads=2, qpk=3)                                   # split-KV decode

@@ -10,8 +10,10 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM, LlamaConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-from minivllm.model import (TINY_CONFIG, cache_dir, default_model_path, load_model, make_attn_metadata,
-                            make_kv_caches, make_tiny_model, resolve_dtype, rope_inv_freq, rope_parameters)
+from minivllm.attention import make_attn_metadata
+from minivllm.model import (cache_dir, default_model_path, load_model, make_kv_caches, resolve_dtype, rope_inv_freq,
+                            rope_parameters)
+from minivllm.testing import TINY_CONFIG, make_tiny_model
 
 LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
                "high_freq_factor": 4.0, "original_max_position_embeddings": 32}
@@ -141,9 +143,49 @@ def test_model_interface(tiny):
     assert logits.dtype == torch.float32  # logits are float32 whatever the model's dtype
     assert (logits.argmax(-1) == hf_logits(tiny["qwen3_untied"], IDS).argmax(-1)).float().mean() > 0.9
     assert resolve_dtype("auto", model.config, "cpu") == torch.float32
-    assert resolve_dtype("auto", model.config, "cuda") == torch.float32  # the tiny checkpoint was saved in fp32
+    assert model.config.dtype == torch.float32                          # the tiny checkpoint was saved in fp32
+    assert resolve_dtype("auto", model.config, "cuda") == torch.bfloat16  # ... and runs in bf16 on a GPU
     assert resolve_dtype(torch.float16, model.config, "cpu") == torch.float16
     with pytest.raises(ValueError, match="unsupported dtype"): resolve_dtype("int8", model.config, "cpu")
+
+
+def test_stacked_projections_hold_the_checkpoint_tensors(tiny):
+    "qkv_proj and gate_up_proj (vLLM's stacked weights) are the checkpoint's q/k/v and gate/up, biases included."
+    model = load_model(tiny["qwen2_untied"])
+    sd = load_file(tiny["qwen2_untied"] / "model.safetensors")
+    attn, mlp = model.model.layers[1].self_attn, model.model.layers[1].mlp
+    sizes = [attn.q_size, attn.kv_size, attn.kv_size]
+    for part in ("weight", "bias"):
+        for shard, name in zip(getattr(attn.qkv_proj, part).split(sizes), ("q", "k", "v")):
+            assert torch.equal(shard, sd[f"model.layers.1.self_attn.{name}_proj.{part}"])
+    gate, up = mlp.gate_up_proj.weight.chunk(2)
+    assert torch.equal(gate, sd["model.layers.1.mlp.gate_proj.weight"])
+    assert torch.equal(up, sd["model.layers.1.mlp.up_proj.weight"])
+    assert "model.layers.1.self_attn.q_proj.weight" not in dict(model.named_parameters())
+
+
+def test_decode_step_makes_four_matmuls_per_layer(tiny):
+    "One decode step: qkv, o, gate_up and down per layer, nothing else that multiplies matrices."
+    from torch.profiler import ProfilerActivity, profile
+    model = load_model(tiny["llama_untied"])
+    model.bind_kv_caches(make_kv_caches(*model.kv_cache_spec(), 2, 16))
+    positions, md = make_attn_metadata([[1]], [0], [5], 16)
+    model(torch.tensor(IDS[:5]), positions, md)
+    positions, md = make_attn_metadata([[1]], [5], [1], 16)
+    with profile(activities=[ProfilerActivity.CPU]) as prof: model(torch.tensor(IDS[5:6]), positions, md)
+    counts = {e.key: e.count for e in prof.key_averages()}
+    assert counts.get("aten::mm", 0) + counts.get("aten::addmm", 0) == 4 * model.config.num_hidden_layers
+
+
+def test_resolve_dtype():
+    half = torch.bfloat16 if not torch.cuda.is_available() or torch.cuda.is_bf16_supported() else torch.float16
+    assert resolve_dtype("auto", torch.float32, "cuda") == half
+    assert resolve_dtype("auto", "float16", "cuda") == half
+    assert resolve_dtype("auto", torch.bfloat16, "cuda") == torch.bfloat16
+    assert resolve_dtype("auto", torch.bfloat16, "cpu") == torch.float32
+    assert resolve_dtype("float16", torch.float32, "cuda") == torch.float16      # explicit wins
+    assert resolve_dtype(torch.float32, torch.float32, "cuda") == torch.float32
+    with pytest.raises(ValueError, match="unsupported dtype"): resolve_dtype("auto", "int8", "cuda")
 
 
 # ---------------------------------------------------------------- clear errors

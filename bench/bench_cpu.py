@@ -1,0 +1,185 @@
+"""minivllm on a CPU, in one run: batched throughput vs transformers, single stream vs llama.cpp, where a step goes.
+
+1. Batched: 32 random-token prompts of 16-256 tokens, 64 greedy tokens each (`ignore_eos`), SmolLM2-135M-Instruct
+   in float32: `LLM.generate` against transformers' left-padded batched `generate` on the same prompts.
+2. Single stream: 128 greedy tokens after a 26-token chat prompt, tokens per second of the whole request, against
+   llama.cpp (llama-cpp-python) on the same float32 weights when `llama_cpp` is importable and the f32 GGUF exists
+   (`make llama-cpp` builds both), with the same number of threads.
+3. Where a step goes: torch.profiler over the single-stream decode and over a batched decode; the share of the wall
+   time spent in matmuls (`aten::mm`/`addmm`), in attention (SDPA), in the other torch ops, and outside torch.
+4. `--compile`: the same single stream and batch with each decoder layer's dense parts under `torch.compile`,
+   compile time included and excluded.
+
+Every figure is a ratio measured in the same run (the runs interleave engines, best of `--repeat`): on a shared
+machine absolute speeds mean little.
+
+    python bench/bench_cpu.py [--threads N] [--repeat 2] [--gguf PATH] [--compile] [--skip-batched]
+"""
+import argparse
+import os
+import random
+import time
+from pathlib import Path
+
+import torch
+
+from minivllm.engine import LLM
+from minivllm.model import cache_dir, default_model_path
+from minivllm.request import SamplingParams
+
+GGUF = cache_dir() / "SmolLM2-135M-Instruct-f32.gguf"   # written by `make llama-cpp`
+
+
+def random_prompts(n, lo, hi, vocab_size, seed=0):
+    "`n` prompts of random token ids (avoiding SmolLM2's first 100, special tokens) with lengths in [lo, hi]."
+    rng = random.Random(seed)
+    return [[rng.randrange(100, vocab_size) for _ in range(rng.randint(lo, hi))] for _ in range(n)]
+
+
+def best_of(repeat, fn):
+    "Smallest wall time of `repeat` calls of `fn` and the last result."
+    best, out = float("inf"), None
+    for _ in range(repeat):
+        t = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - t)
+    return best, out
+
+
+def minivllm_generate(llm, prompts, max_tokens):
+    sp = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
+    outs = llm.generate(prompts, sp, use_tqdm=False)
+    return [o.outputs[0].token_ids for o in outs]
+
+
+def hf_generate(hf, prompts, max_tokens, pad_id):
+    width = max(map(len, prompts))
+    ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    with torch.no_grad():
+        out = hf.generate(ids, attention_mask=mask, max_new_tokens=max_tokens, min_new_tokens=max_tokens,
+                          do_sample=False, pad_token_id=pad_id)
+    return out[:, width:].tolist()
+
+
+def llama_cpp_generate(lcpp, prompt, max_tokens):
+    "llama.cpp's greedy tokens after `prompt` (its generator does not stop at EOS: exactly `max_tokens`)."
+    lcpp.reset()
+    out = []
+    for tok in lcpp.generate(prompt, top_k=1, top_p=1.0, temp=0.0, repeat_penalty=1.0, reset=True):
+        out.append(tok)
+        if len(out) == max_tokens: break
+    return out
+
+
+def step_shares(fn):
+    "Run `fn` under torch.profiler: shares of wall time in matmuls, attention, other torch ops, outside torch."
+    from torch.profiler import ProfilerActivity, profile
+    t = time.perf_counter()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    wall = (time.perf_counter() - t) * 1e6
+    mm = attn = ops = 0.0
+    for e in prof.key_averages():
+        if not e.key.startswith("aten::"): continue
+        ops += e.self_cpu_time_total
+        if e.key in ("aten::mm", "aten::addmm", "aten::bmm"): mm += e.self_cpu_time_total
+        elif "scaled_dot_product" in e.key or "flash_attention" in e.key: attn += e.self_cpu_time_total
+    # the profiler itself adds per-op overhead: shares are of the profiled run
+    return {"matmul": mm / wall, "attention": attn / wall, "other torch ops": (ops - mm - attn) / wall,
+            "outside torch ops": 1 - ops / wall}
+
+
+def fmt_shares(s):
+    return ", ".join(f"{k} {v:.0%}" for k, v in s.items())
+
+
+def compile_dense_parts(llm):
+    "Put each decoder layer's MLP and o_proj under torch.compile (attention and the KV cache stay eager)."
+    for layer in llm.model.model.layers:
+        layer.mlp = torch.compile(layer.mlp, dynamic=True)
+        layer.self_attn.o_proj = torch.compile(layer.self_attn.o_proj, dynamic=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=torch.get_num_threads(), help="default: torch's, every core")
+    ap.add_argument("--repeat", type=int, default=2, help="runs per engine; the best one counts")
+    ap.add_argument("--num-prompts", type=int, default=32)
+    ap.add_argument("--gguf", type=Path, default=GGUF, help="f32 GGUF of the same weights for llama.cpp")
+    ap.add_argument("--compile", action="store_true", help="also try torch.compile on the dense layers")
+    ap.add_argument("--skip-batched", action="store_true")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    path = default_model_path()
+    llm = LLM(path, num_gpu_blocks=1024)
+    tok = llm.get_tokenizer()
+    vocab, pad = llm.model.config.vocab_size, tok.pad_token_id
+    print(f"SmolLM2-135M-Instruct, float32, {args.threads} threads, torch {torch.__version__}, "
+          f"{os.cpu_count()} CPUs")
+
+    # ---- 1. batched
+    if not args.skip_batched:
+        from transformers import AutoModelForCausalLM
+        hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+        prompts = random_prompts(args.num_prompts, 16, 256, vocab, seed=args.num_prompts)
+        warm = random_prompts(2, 16, 32, vocab, seed=99)
+        minivllm_generate(llm, warm, 4); hf_generate(hf, warm, 4, pad)
+        t_ours = t_hf = float("inf")
+        for _ in range(args.repeat):                   # interleaved: a burst of load elsewhere hits both
+            t, ours = best_of(1, lambda: minivllm_generate(llm, prompts, 64)); t_ours = min(t_ours, t)
+            t, theirs = best_of(1, lambda: hf_generate(hf, prompts, 64, pad)); t_hf = min(t_hf, t)
+        n = args.num_prompts * 64
+        assert all(len(o) == 64 for o in ours) and all(len(o) == 64 for o in theirs)
+        same = sum(a == b for a, b in zip(ours, theirs))
+        print(f"batched {args.num_prompts} x 64 tokens: minivllm {n / t_ours:.1f} tok/s, transformers generate "
+              f"{n / t_hf:.1f} tok/s: {t_hf / t_ours:.2f}x  ({same}/{len(ours)} completions identical)")
+        del hf
+
+    # ---- 2. single stream
+    chat = tok.apply_chat_template([{"role": "user", "content": "Tell me a story about a lighthouse."}],
+                                   add_generation_prompt=True, tokenize=True)
+    chat = list(chat["input_ids"] if isinstance(chat, dict) or hasattr(chat, "keys") else chat)
+    prompt = (chat * 2)[:26] if len(chat) < 26 else chat[-26:]
+    minivllm_generate(llm, [prompt], 4)
+    t_single, _ = best_of(args.repeat, lambda: minivllm_generate(llm, [prompt], 128))
+    line = f"single stream, 128 tokens after 26: minivllm {128 / t_single:.1f} tok/s"
+    try:
+        import llama_cpp
+    except ImportError:
+        llama_cpp = None
+    if llama_cpp is None or not args.gguf.is_file():
+        line += f"; llama.cpp not measured ({'no llama_cpp module' if llama_cpp is None else 'no ' + str(args.gguf)}"
+        line += ": run `make llama-cpp`)"
+    else:
+        lcpp = llama_cpp.Llama(str(args.gguf), n_ctx=512, n_threads=args.threads, n_batch=512, verbose=False)
+        llama_cpp_generate(lcpp, prompt, 4)
+        t_lcpp, _ = best_of(args.repeat, lambda: llama_cpp_generate(lcpp, prompt, 128))
+        line += (f", llama.cpp (f32 GGUF, {args.threads} threads) {128 / t_lcpp:.1f} tok/s: "
+                 f"{t_lcpp / t_single:.2f}x llama.cpp")
+    print(line, flush=True)
+
+    # ---- 3. where a step goes
+    print("single-stream shares:", fmt_shares(step_shares(lambda: minivllm_generate(llm, [prompt], 32))))
+    batch = random_prompts(32, 16, 64, vocab, seed=7)
+    print("batched (32 prompts of 16-64, 16 tokens) shares:",
+          fmt_shares(step_shares(lambda: minivllm_generate(llm, batch, 16))), flush=True)
+
+    # ---- 4. torch.compile
+    if args.compile:
+        t0 = time.perf_counter()
+        compile_dense_parts(llm)
+        minivllm_generate(llm, [prompt], 4)
+        minivllm_generate(llm, batch, 4)
+        t_compile = time.perf_counter() - t0
+        t_single_c, _ = best_of(args.repeat, lambda: minivllm_generate(llm, [prompt], 128))
+        print(f"torch.compile (MLP and o_proj of every layer): first calls {t_compile:.1f} s; single stream "
+              f"{128 / t_single_c:.1f} tok/s = {t_single / t_single_c:.2f}x eager; compile time is repaid after "
+              f"{t_compile / max(1e-9, t_single - t_single_c) * 128:.0f} tokens"
+              if t_single_c < t_single else
+              f"torch.compile: first calls {t_compile:.1f} s, single stream {128 / t_single_c:.1f} tok/s = "
+              f"{t_single / t_single_c:.2f}x eager: no gain")
+
+
+if __name__ == "__main__":
+    main()
