@@ -1,10 +1,12 @@
-"""Property tests for the block pool and the KV-cache manager (issue 2, section 3).
+"""Property tests for the block pool and the KV-cache manager.
 
-A hypothesis state machine plays the scheduler: requests with shared prefixes (tiny token alphabet, so hits and
-duplicate blocks are common) are admitted with prefix hits and chunked prefills, grow by decoding, get preempted and
-finish, on small pools under both free orders. After every operation the pool's bookkeeping is checked; a failed
-`allocate_slots` must leave everything exactly as it was; at the end everything freed means every block free.
-Prefix-cache stats count admissions only (as vLLM 0.33): a lookup whose allocation fails adds nothing.
+A hypothesis state machine plays the scheduler: requests with shared prefixes (tiny token alphabet,
+so hits and duplicate blocks are common) are admitted with prefix hits and chunked prefills, grow by
+decoding, get preempted and finish, on small pools under both free orders (`BlockPool`'s, and the
+classic one of `minivllm.testing.ClassicFreeOrderBlockPool`). After every operation the pool's
+bookkeeping is checked; a failed `allocate_slots` must leave everything exactly as it was; at the
+end everything freed means every block free. Prefix-cache stats count admissions only (as vLLM
+0.33): a lookup whose allocation fails adds nothing.
 """
 from collections import Counter
 
@@ -12,14 +14,16 @@ import pytest
 from hypothesis import event, given, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from minivllm.block_pool import BlockPool, FreeKVCacheBlockQueue, KVCacheBlock, get_request_block_hasher
+from minivllm.block_pool import (BlockPool, FreeKVCacheBlockQueue, KVCacheBlock,
+                                 get_request_block_hasher)
 from minivllm.kv_cache_manager import KVCacheManager, cdiv
 from minivllm.request import Request
+from minivllm.testing import ClassicFreeOrderBlockPool
 
 ids = lambda blocks: [b.block_id for b in blocks]
 
 
-# ----------------------------------------------------------------------------- FreeKVCacheBlockQueue unit tests
+# ------------------------------------------------------------ FreeKVCacheBlockQueue unit tests
 def walk_backward(q):
     out, b = [], q.fake_free_list_tail.prev_free_block
     while b is not q.fake_free_list_head: out.append(b.block_id); b = b.prev_free_block
@@ -45,7 +49,7 @@ def test_queue_popleft_empty_raises():
     assert q.popleft().block_id == 0
     with pytest.raises(ValueError, match="No free blocks"): q.popleft()
     assert q.get_all_free_blocks() == [] and q.num_free_blocks == 0
-    q.append(KVCacheBlock(7))                                        # usable again after being empty
+    q.append(KVCacheBlock(7))                                    # usable again after being empty
     assert ids(q.get_all_free_blocks()) == [7]
 
 def test_queue_popleft_n_append_n_prepend_n():
@@ -59,49 +63,65 @@ def test_queue_popleft_n_append_n_prepend_n():
     assert q.num_free_blocks == 6
 
 @settings(max_examples=200, deadline=None)
-@given(st.integers(1, 8), st.lists(st.tuples(st.sampled_from("remove popleft append prepend".split()),
-                                             st.integers(0, 100)), max_size=40))
+@given(st.integers(1, 8),
+       st.lists(st.tuples(st.sampled_from("remove popleft append prepend".split()),
+                          st.integers(0, 100)), max_size=40))
 def test_queue_matches_list_model(n, ops):
     blocks = [KVCacheBlock(i) for i in range(n)]
     q, model = FreeKVCacheBlockQueue(blocks), list(range(n))
     for op, k in ops:
         outside = [b for b in blocks if b.block_id not in model]
-        if op == "remove" and model: bid = model[k % len(model)]; q.remove(blocks[bid]); model.remove(bid)
+        if op == "remove" and model:
+            bid = model[k % len(model)]; q.remove(blocks[bid]); model.remove(bid)
         elif op == "popleft":
             if model: assert q.popleft().block_id == model.pop(0)
             else:
                 with pytest.raises(ValueError): q.popleft()
-        elif op == "append" and outside: b = outside[k % len(outside)]; q.append_n([b]); model.append(b.block_id)
+        elif op == "append" and outside:
+            b = outside[k % len(outside)]; q.append_n([b]); model.append(b.block_id)
         elif op == "prepend" and outside:
             chosen = outside[: 1 + k % len(outside)]; q.prepend_n(chosen); model[:0] = ids(chosen)
         assert ids(q.get_all_free_blocks()) == walk_backward(q) == model
         assert q.num_free_blocks == len(model)
 
 
-# ----------------------------------------------------------------------------- BlockPool unit tests
+# ------------------------------------------------------------ BlockPool unit tests
 def test_pool_null_block_and_failed_get_new_blocks():
     pool = BlockPool(5)
-    assert pool.null_block.block_id == 0 and pool.null_block.is_null and pool.get_num_free_blocks() == 4
+    assert pool.null_block.block_id == 0 and pool.null_block.is_null
+    assert pool.get_num_free_blocks() == 4
     assert ids(pool.get_new_blocks(2)) == [1, 2]
     before = ids(pool.free_block_queue.get_all_free_blocks())
     with pytest.raises(ValueError): pool.get_new_blocks(3)
     assert ids(pool.free_block_queue.get_all_free_blocks()) == before
     assert pool.get_usage() == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="at least one usable block"): BlockPool(1)
+
+def test_free_orders_today_and_classic():
+    "Today: unhashed freed blocks to the head, hashed ones to the tail. Classic: all to the tail."
+    def free_order(pool):
+        held = pool.get_new_blocks(3)                               # blocks 1, 2, 3; 2 is hashed
+        held[1].block_hash = b"h"; pool.cached_block_hash_to_block.insert(b"h", held[1])
+        pool.free_blocks(reversed(held))                            # tail first: 3, 2, 1
+        return ids(pool.free_block_queue.get_all_free_blocks())
+    assert free_order(BlockPool(6)) == [3, 1, 4, 5, 2]
+    assert free_order(ClassicFreeOrderBlockPool(6)) == [4, 5, 3, 2, 1]
 
 
-# ----------------------------------------------------------------------------- state checks shared by the machine
+# ------------------------------------------------------------ state checks shared by the machine
 def pool_state(kvm):
     "Everything a failed allocate_slots must leave unchanged."
     pool = kvm.block_pool
     link = lambda b: b.block_id if b is not None else None
-    return (tuple((b.ref_cnt, b.block_hash, link(b.prev_free_block), link(b.next_free_block)) for b in pool.blocks),
+    return (tuple((b.ref_cnt, b.block_hash, link(b.prev_free_block), link(b.next_free_block))
+                  for b in pool.blocks),
             tuple(ids(pool.free_block_queue.get_all_free_blocks())), pool.get_num_free_blocks(),
             frozenset((k, b.block_id) for k, b in pool.cached_block_hash_to_block.iter_blocks()),
             tuple(sorted((r, tuple(ids(bs))) for r, bs in kvm.req_to_blocks.items())),
             tuple(sorted(kvm.num_cached_block.items())))
 
 def check_pool(kvm, requests):
-    "The bookkeeping invariants of VLLM_REFERENCE section 10 (items 1-3, 8-9)."
+    "The pool's bookkeeping invariants: free queue, holders, ref counts, hash map, usage, hashes."
     pool, N = kvm.block_pool, kvm.block_pool.num_gpu_blocks
     free = ids(pool.free_block_queue.get_all_free_blocks())
     assert free == walk_backward(pool.free_block_queue), "free queue links broken"
@@ -130,23 +150,27 @@ def check_pool(kvm, requests):
         assert all(b.ref_cnt == len(kvm.req_to_blocks) for b in blocks[:common])
 
 
-# ----------------------------------------------------------------------------- the scheduler-like state machine
-PREFIXES = [[1, 2, 1, 2, 1, 2, 1, 2, 1, 2], [1, 2, 1, 2, 0, 0, 0, 0], [2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2]]
+# ------------------------------------------------------------ the scheduler-like state machine
+PREFIXES = [[1, 2, 1, 2, 1, 2, 1, 2, 1, 2], [1, 2, 1, 2, 0, 0, 0, 0],
+            [2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2]]
 MAX_MODEL_LEN = 40
 prompts = st.builds(lambda prefix, keep, tail: (prefix[:keep] + tail)[:MAX_MODEL_LEN - 4] or [0],
-                    st.sampled_from(PREFIXES), st.integers(3, 12), st.lists(st.integers(0, 2), max_size=8))
+                    st.sampled_from(PREFIXES), st.integers(3, 12),
+                    st.lists(st.integers(0, 2), max_size=8))
 
 class KVCacheMachine(RuleBasedStateMachine):
     "Drives a KVCacheManager the way the scheduler does and checks the pool after every step."
 
     @initialize(num_blocks=st.integers(2, 20), block_size=st.sampled_from([1, 2, 4]),
-                caching=st.sampled_from([True, True, True, False]), classic=st.booleans(), first=st.lists(prompts, min_size=1, max_size=4))
+                caching=st.sampled_from([True, True, True, False]), classic=st.booleans(),
+                first=st.lists(prompts, min_size=1, max_size=4))
     def setup(self, num_blocks, block_size, caching, classic, first):
-        self.kvm = KVCacheManager(num_blocks, block_size, MAX_MODEL_LEN, enable_caching=caching, log_stats=True,
-                                  classic_free_order=classic)
+        self.kvm = KVCacheManager(num_blocks, block_size, MAX_MODEL_LEN, enable_caching=caching,
+                                  log_stats=True)
+        if classic: self.kvm.block_pool = ClassicFreeOrderBlockPool(num_blocks, caching)
         self.hasher = get_request_block_hasher(block_size)
         self.waiting, self.running, self.n = [], [], 0
-        self.expected_stats = Counter()                              # what the admissions so far should have recorded
+        self.expected_stats = Counter()          # what the admissions so far should have recorded
         for prompt in first: self.add_request(prompt)
 
     def all_requests(self): return self.waiting + self.running
@@ -154,7 +178,8 @@ class KVCacheMachine(RuleBasedStateMachine):
     def try_allocate(self, req, num_new_tokens, hit_tokens=0, hits=None, lookahead=0):
         "allocate_slots; on None assert nothing changed, on success advance num_computed_tokens."
         before = pool_state(self.kvm)
-        new = self.kvm.allocate_slots(req, num_new_tokens, hit_tokens, hits, num_lookahead_tokens=lookahead)
+        new = self.kvm.allocate_slots(req, num_new_tokens, hit_tokens, hits,
+                                      num_lookahead_tokens=lookahead)
         if new is None:
             event("allocate_slots returned None")
             assert pool_state(self.kvm) == before, "failed allocate_slots changed state"
@@ -179,10 +204,11 @@ class KVCacheMachine(RuleBasedStateMachine):
         num_new = min(chunk, req.num_tokens - hit_tokens)            # chunked prefill
         num_tokens, preempted = req.num_tokens, req.num_preemptions > 0
         if self.try_allocate(req, num_new, hit_tokens, hits):
-            self.kvm.record_prefix_cache_stats(req, hit_tokens)     # the scheduler records at admission only
+            self.kvm.record_prefix_cache_stats(req, hit_tokens)   # the scheduler: at admission only
             if self.kvm.enable_caching:
                 pre = "preempted_" if preempted else ""
-                self.expected_stats.update({pre + "requests": 1, pre + "queries": num_tokens, pre + "hits": hit_tokens})
+                self.expected_stats.update({pre + "requests": 1, pre + "queries": num_tokens,
+                                            pre + "hits": hit_tokens})
             self.waiting.remove(req); self.running.append(req)
 
     @rule(pick=st.integers(0, 100), chunk=st.integers(1, 40), token=st.integers(0, 2),
@@ -190,7 +216,7 @@ class KVCacheMachine(RuleBasedStateMachine):
     def step(self, pick, chunk, token, lookahead):
         if not self.running: return
         req = self.running[pick % len(self.running)]
-        if req.num_computed_tokens == req.num_tokens:                # decode: sample a token, schedule it
+        if req.num_computed_tokens == req.num_tokens:      # decode: sample a token, schedule it
             if req.num_tokens >= MAX_MODEL_LEN: return
             req.append_output_token_ids(token)
         num_new = min(chunk, req.num_tokens - req.num_computed_tokens)
@@ -210,7 +236,8 @@ class KVCacheMachine(RuleBasedStateMachine):
         if not self.running: return
         req = self.running.pop(pick % len(self.running))
         self.kvm.free(req)
-        assert req.request_id not in self.kvm.req_to_blocks and req.request_id not in self.kvm.num_cached_block
+        assert req.request_id not in self.kvm.req_to_blocks
+        assert req.request_id not in self.kvm.num_cached_block
 
     @rule()
     def reset_prefix_cache(self):
@@ -221,8 +248,9 @@ class KVCacheMachine(RuleBasedStateMachine):
     def stats(self):
         s = self.kvm.make_prefix_cache_stats()
         assert 0 <= s.hits <= s.queries and 0 <= s.preempted_hits <= s.preempted_queries
-        got = {k: getattr(s, k) for k in ("requests", "queries", "hits", "preempted_requests", "preempted_queries",
-                                          "preempted_hits")}
+        keys = ("requests", "queries", "hits",
+                "preempted_requests", "preempted_queries", "preempted_hits")
+        got = {k: getattr(s, k) for k in keys}
         assert got == {k: self.expected_stats[k] for k in got}, (got, self.expected_stats)
         self.expected_stats = Counter()
 
@@ -243,17 +271,19 @@ KVCacheMachine.TestCase.settings = settings(max_examples=400, stateful_step_coun
 TestKVCacheMachine = KVCacheMachine.TestCase
 
 
-# ----------------------------------------------------------------------------- prefix-hit properties
+# ------------------------------------------------------------ prefix-hit properties
 @settings(max_examples=200, deadline=None)
 @given(st.sampled_from([1, 2, 4]), st.lists(st.integers(0, 2), min_size=1, max_size=30),
        st.lists(st.integers(0, 2), min_size=1, max_size=30))
 def test_hit_is_longest_common_block_prefix(block_size, first, second):
-    "After `first` is cached, `second` hits exactly its longest block-aligned common prefix (< num_tokens)."
+    "After `first` is cached, `second` hits its longest block-aligned common prefix (< num_tokens)."
     kvm, hasher = KVCacheManager(64, block_size, 64), get_request_block_hasher(block_size)
     a = Request("a", first, block_hasher=hasher)
     assert kvm.allocate_slots(a, a.num_tokens) is not None
     b = Request("b", second, block_hasher=hasher)
     _, hit = kvm.get_computed_blocks(b)
-    common = next((i for i, (x, y) in enumerate(zip(first, second)) if x != y), min(len(first), len(second)))
-    expected = min(common // block_size, (len(first)) // block_size, (len(second) - 1) // block_size) * block_size
+    common = next((i for i, (x, y) in enumerate(zip(first, second)) if x != y),
+                  min(len(first), len(second)))
+    expected = block_size * min(common // block_size, len(first) // block_size,
+                                (len(second) - 1) // block_size)
     assert hit == expected

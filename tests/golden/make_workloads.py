@@ -1,11 +1,13 @@
-"""Write minivllm's own golden workloads; then run the vLLM oracle on them to get the traces.
+"""Write minivllm's own golden workloads (05-31, and the known difference) into tests/golden.
 
     .venv/bin/python tests/golden/make_workloads.py tests/golden
-    /tmp/oracle/venv/bin/python ../shared/oracle/vllm_trace.py tests/golden/*.json
-    /tmp/oracle/venv/bin/python ../shared/oracle/vllm_trace.py tests/golden/known_differences/*.json
 
-The four examples 01-04 are copies of ../shared/oracle/workloads. Every config sets
-scheduler_reserve_full_isl=false (see the oracle README).
+Each workload was then run once through vLLM 0.33's real scheduler on a CPU, and vLLM's decisions at every step
+were saved next to it as NAME.trace.json (the Sources page, nbs/98_sources.ipynb, tells how); the tests replay
+the workloads through minivllm and compare (tests/test_golden_traces.py). The recording tool is not part of this
+repository: a workload changed here needs a new recording. Workloads 01-04 are the recording tool's own
+examples. Every config sets scheduler_reserve_full_isl=false: vLLM 0.33 otherwise admits a waiting request only
+when its whole prompt fits, while minivllm, like the articles, checks room for the scheduled chunk only.
 """
 import json, random, os, sys
 OUT = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
@@ -106,15 +108,16 @@ W["21_max_model_len_cap"] = dict(
     requests=[req("A", seq(100, 20), 50), req("B", seq(200, 23), 50), req("C", seq(300, 4), 3)])
 W["22_priority_preempt_chain"] = dict(
     name="priority, 7 usable blocks: high-priority requests run first; the lowest-priority running request "
-         "(the tail of running, so vLLM 0.33 and the seeds agree) is preempted and resumes with prefix hits",
+         "(the tail of running, so vLLM 0.33 and the articles agree) is preempted and resumes with prefix hits",
     config=cfg(num_blocks=8, policy="priority", max_model_len=28),
     requests=[req("H1", seq(300, 5), 8, priority=0), req("H2", seq(400, 5), 6, priority=1),
               req("L1", seq(100, 6), 8, priority=3, arrival_step=1), req("L2", seq(200, 6), 8, priority=4, arrival_step=2)])
 # Kept apart (tests/golden/known_differences/): a priority-policy request that preempts itself while later
-# running requests exist. vLLM 0.33 keeps scanning them; minivllm stops the running loop (seed 003).
+# running requests exist. vLLM 0.33 keeps scanning them; minivllm stops the running loop, as the
+# scheduling-rules article describes (section "A special case: the victim is the request itself").
 KNOWN = {"priority_self_preemption": dict(
     name="KNOWN DIFFERENCE: L1 (priority 4, the largest) preempts itself at step 3 while H1 follows it in running; "
-         "vLLM 0.33 still schedules H1 in that step, minivllm (seed 003) ends the running loop",
+         "vLLM 0.33 still schedules H1 in that step, minivllm (as the scheduling-rules article says) ends the running loop",
     config=cfg(num_blocks=8, policy="priority", max_model_len=28),
     requests=[req("L1", seq(100, 6), 8, priority=4), req("L2", seq(200, 6), 8, priority=3),
               req("H1", seq(300, 5), 8, priority=0, arrival_step=1), req("H2", seq(400, 5), 6, priority=1, arrival_step=2)])}
