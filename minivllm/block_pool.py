@@ -20,13 +20,15 @@ def _sha256_pickle(obj) -> bytes:
     "SHA-256 of `obj`'s pickle (vLLM's default `sha256` prefix-caching hash)."
     return hashlib.sha256(pickle.dumps(obj, protocol=5)).digest()
 
-def hash_block_tokens(parent_block_hash: bytes | None, token_ids: Iterable[int], extra_keys: tuple | None = None) -> bytes:
-    "Hash of one full block, chained to the hash of the block before it (`NONE_HASH` for the first)."
-    return _sha256_pickle((parent_block_hash or NONE_HASH, tuple(int(t) for t in token_ids), extra_keys))
+def hash_block_tokens(parent_block_hash: bytes | None, token_ids: Iterable[int],
+                      extra_keys: tuple | None = None) -> bytes:
+    "Hash of one full block, chained to the hash of the block before it (first: `NONE_HASH`)."
+    key = (parent_block_hash or NONE_HASH, tuple(int(t) for t in token_ids), extra_keys)
+    return _sha256_pickle(key)
 
 # %% ../nbs/02_block_pool.ipynb #3268f040
 def get_request_block_hasher(block_size: int) -> Callable[[object], list[bytes]]:
-    "Closure `hasher(request)` returning the hashes of the request's full blocks not yet in `request.block_hashes`."
+    "Closure `hasher(request)`: the hashes of the request's full blocks not yet hashed."
     def request_block_hasher(request) -> list[bytes]:
         start, num_tokens = len(request.block_hashes) * block_size, request.num_tokens
         if start + block_size > num_tokens: return []
@@ -65,16 +67,18 @@ class KVCacheBlock:
     def __repr__(self):
         h = self._block_hash.hex()[:8] if self._block_hash else None
         prv, nxt = (b.block_id if b else None for b in (self.prev_free_block, self.next_free_block))
-        return f"KVCacheBlock(block_id={self.block_id}, ref_cnt={self.ref_cnt}, block_hash={h}, prev={prv}, next={nxt})"
+        return (f"KVCacheBlock(block_id={self.block_id}, ref_cnt={self.ref_cnt}, block_hash={h}, "
+                f"prev={prv}, next={nxt})")
 
 # %% ../nbs/02_block_pool.ipynb #96f03fee
 class FreeKVCacheBlockQueue:
-    "Doubly linked list of free blocks threaded through the blocks; head = next to be reused (and evicted)."
+    "Doubly linked list threaded through the free blocks; head = next to be reused (and evicted)."
     def __init__(self, blocks: list[KVCacheBlock]):
         self.num_free_blocks = len(blocks)
         self.fake_free_list_head, self.fake_free_list_tail = KVCacheBlock(-1), KVCacheBlock(-1)
         nodes = [self.fake_free_list_head, *blocks, self.fake_free_list_tail]
-        for prev, nxt in zip(nodes, nodes[1:]): prev.next_free_block, nxt.prev_free_block = nxt, prev
+        for prev, nxt in zip(nodes, nodes[1:]):
+            prev.next_free_block, nxt.prev_free_block = nxt, prev
 
     def _link_after(self, anchor: KVCacheBlock, blocks: list[KVCacheBlock]):
         "Insert `blocks`, in order, right after `anchor`."
@@ -128,7 +132,7 @@ class FreeKVCacheBlockQueue:
 
 # %% ../nbs/02_block_pool.ipynb #3113fe1a
 class BlockHashToBlockMap:
-    "Prefix-cache index: block hash -> one block, or `{block_id: block}` when duplicates share a hash."
+    "Prefix-cache index: hash -> one block, or `{block_id: block}` when duplicates share a hash."
     def __init__(self): self._cache: dict[bytes, KVCacheBlock | dict[int, KVCacheBlock]] = {}
 
     def get_one_block(self, key: bytes) -> KVCacheBlock | None:
@@ -158,7 +162,8 @@ class BlockHashToBlockMap:
     def iter_blocks(self) -> Iterator[tuple[bytes, KVCacheBlock]]:
         "Every (hash, block) pair in the index."
         for key, blocks in self._cache.items():
-            for block in (blocks.values() if isinstance(blocks, dict) else [blocks]): yield key, block
+            for block in (blocks.values() if isinstance(blocks, dict) else [blocks]):
+                yield key, block
 
     def __len__(self): return len(self._cache)
     def __contains__(self, key): return key in self._cache
@@ -166,10 +171,11 @@ class BlockHashToBlockMap:
 # %% ../nbs/02_block_pool.ipynb #778845e9
 class BlockPool:
     "All KV-cache blocks: free queue, prefix-cache index and the null block 0."
-    def __init__(self, num_gpu_blocks: int, enable_caching: bool = True, classic_free_order: bool = False):
-        assert num_gpu_blocks >= 2, "the pool needs the null block and at least one usable block"
+    def __init__(self, num_gpu_blocks: int, enable_caching: bool = True):
+        if num_gpu_blocks < 2:
+            raise ValueError(f"num_gpu_blocks={num_gpu_blocks}: the pool needs the null block and "
+                             "at least one usable block")
         self.num_gpu_blocks, self.enable_caching = num_gpu_blocks, enable_caching
-        self.classic_free_order = classic_free_order
         self.blocks = [KVCacheBlock(i) for i in range(num_gpu_blocks)]
         self.free_block_queue = FreeKVCacheBlockQueue(self.blocks)
         self.cached_block_hash_to_block = BlockHashToBlockMap()
@@ -189,8 +195,9 @@ class BlockPool:
         return self.cached_block_hash_to_block.get_one_block(block_hash)
 
     def __repr__(self):
-        return (f"BlockPool(num_gpu_blocks={self.num_gpu_blocks}, free={self.get_num_free_blocks()}, "
-                f"cached={sum(1 for _ in self.cached_block_hash_to_block.iter_blocks())})")
+        num_cached = sum(1 for _ in self.cached_block_hash_to_block.iter_blocks())
+        return (f"BlockPool(num_gpu_blocks={self.num_gpu_blocks}, "
+                f"free={self.get_num_free_blocks()}, cached={num_cached})")
 
 # %% ../nbs/02_block_pool.ipynb #84974065
 @patch
@@ -204,13 +211,13 @@ def _maybe_evict_cached_block(self: BlockPool, block: KVCacheBlock) -> bool:
 
 @patch
 def get_new_blocks(self: BlockPool, num_blocks: int) -> list[KVCacheBlock]:
-    "Pop `num_blocks` blocks from the free-queue head (evicting cached ones), each with `ref_cnt` 1."
-    if num_blocks > self.get_num_free_blocks():
-        raise ValueError(f"Cannot get {num_blocks} free blocks from the pool ({self.get_num_free_blocks()} free)")
+    "Pop `num_blocks` blocks from the free-queue head (evicting cached ones), with `ref_cnt` 1."
+    if num_blocks > (num_free := self.get_num_free_blocks()):
+        raise ValueError(f"Cannot get {num_blocks} free blocks from the pool ({num_free} free)")
     blocks = self.free_block_queue.popleft_n(num_blocks)
     for block in blocks:
         if self.enable_caching: self._maybe_evict_cached_block(block)
-        assert block.ref_cnt == 0, f"block {block.block_id} in the free queue had ref_cnt {block.ref_cnt}"
+        assert block.ref_cnt == 0, f"free block {block.block_id} had ref_cnt {block.ref_cnt}"
         block.ref_cnt += 1
     return blocks
 
@@ -221,7 +228,6 @@ def free_blocks(self: BlockPool, ordered_blocks: Iterable[KVCacheBlock]) -> None
     blocks = list(ordered_blocks)
     for block in blocks: block.ref_cnt -= 1
     freed = [b for b in blocks if b.ref_cnt == 0 and not b.is_null]
-    if self.classic_free_order: return self.free_block_queue.append_n(freed)
     self.free_block_queue.prepend_n([b for b in freed if b.block_hash is None])
     self.free_block_queue.append_n([b for b in freed if b.block_hash is not None])
 
@@ -239,12 +245,12 @@ def cache_full_blocks(self: BlockPool, request, blocks: list[KVCacheBlock], num_
                       num_full_blocks: int, block_size: int) -> None:
     "Hash and index `blocks[num_cached_blocks:num_full_blocks]`, full blocks of `request`."
     if num_cached_blocks >= num_full_blocks: return
-    assert len(request.block_hashes) >= num_full_blocks, "the request's block hashes are behind its tokens"
+    assert len(request.block_hashes) >= num_full_blocks, "request hashes are behind its tokens"
     for i in range(num_cached_blocks, num_full_blocks):
         block, block_hash = blocks[i], request.block_hashes[i]
         if block.is_null: continue
         if block.block_hash is not None:
-            assert block.block_hash == block_hash, f"block {block.block_id} changed content while cached"
+            assert block.block_hash == block_hash, f"block {block.block_id} changed while cached"
             continue
         block.block_hash = block_hash
         self.cached_block_hash_to_block.insert(block_hash, block)
@@ -261,7 +267,7 @@ def reset_prefix_cache(self: BlockPool) -> bool:
 # %% ../nbs/02_block_pool.ipynb #0325c8b8
 @dataclass
 class PoolSnapshot:
-    "A copy of a `BlockPool`'s state for pictures: ref counts, hashed flags and the free-queue order."
+    "A copy of a `BlockPool`'s state for pictures: ref counts, hashed flags, free-queue order."
     label: str
     ref_cnts: list[int]
     hashed: list[bool]
@@ -269,34 +275,38 @@ class PoolSnapshot:
 
 def snapshot_block_pool(pool: BlockPool, label: str = "") -> PoolSnapshot:
     "Copy `pool`'s per-block state and free-queue order."
-    return PoolSnapshot(label, [b.ref_cnt for b in pool.blocks], [b.block_hash is not None for b in pool.blocks],
+    return PoolSnapshot(label, [b.ref_cnt for b in pool.blocks],
+                        [b.block_hash is not None for b in pool.blocks],
                         [b.block_id for b in pool.free_block_queue.get_all_free_blocks()])
 
 # %% ../nbs/02_block_pool.ipynb #97b1591a
 _POOL_COLORS = {"null": "#bbbbbb", "held": "#8fb8de", "cached": "#f5b971", "empty": "#ffffff"}
 
 def _draw_snapshot_row(ax, y: float, snap: PoolSnapshot, id_offset: int):
-    "Draw one snapshot as a row of block squares at height `y`, labelling block `i` as `i + id_offset`."
+    "Draw one snapshot as a row of block squares at height `y`, block `i` labelled `i + id_offset`."
     from matplotlib.patches import Rectangle
     queue_pos = {bid: i + 1 for i, bid in enumerate(snap.free_queue)}
     for bid, (ref, hashed) in enumerate(zip(snap.ref_cnts, snap.hashed)):
         kind = "null" if bid == 0 else "held" if ref > 0 else "cached" if hashed else "empty"
         ax.add_patch(Rectangle((bid, y), 0.9, 0.9, facecolor=_POOL_COLORS[kind], edgecolor="black",
                                linewidth=2.5 if hashed else 0.8))
-        ax.text(bid + 0.45, y + (0.45 if bid == 0 else 0.6), "null" if bid == 0 else str(bid + id_offset),
+        name = "null" if bid == 0 else str(bid + id_offset)
+        ax.text(bid + 0.45, y + (0.45 if bid == 0 else 0.6), name,
                 ha="center", va="center", fontsize=9, weight="bold")
-        if bid: ax.text(bid + 0.45, y + 0.25, f"ref {ref}" if ref > 0 else f"q{queue_pos[bid]}", ha="center",
-                        va="center", fontsize=7)
+        if bid:
+            state = f"ref {ref}" if ref > 0 else f"q{queue_pos[bid]}"
+            ax.text(bid + 0.45, y + 0.25, state, ha="center", va="center", fontsize=7)
     ax.text(-0.3, y + 0.45, snap.label, ha="right", va="center", fontsize=9)
     queue = " ".join(str(bid + id_offset) for bid in snap.free_queue)
     ax.text(len(snap.ref_cnts) + 0.2, y + 0.45, f"Q: {queue}", va="center", fontsize=8)
 
 def plot_block_pool(snapshots: list[PoolSnapshot], title: str = "", id_offset: int = 0):
-    "Figure with one row of blocks per snapshot (colour = state, bold frame = hashed, qN = free-queue position)."
+    "One row of blocks per snapshot (colour: state; bold frame: hashed; qN: place in free queue)."
     import matplotlib.pyplot as plt
     n = len(snapshots[0].ref_cnts)
     fig, ax = plt.subplots(figsize=(0.55 * n + 6, 0.6 * len(snapshots) + 0.6))
-    for row, snap in enumerate(snapshots): _draw_snapshot_row(ax, len(snapshots) - 1 - row, snap, id_offset)
+    for row, snap in enumerate(snapshots):
+        _draw_snapshot_row(ax, len(snapshots) - 1 - row, snap, id_offset)
     ax.set_xlim(-4, n + 6); ax.set_ylim(-0.2, len(snapshots)); ax.axis("off")
     if title: ax.set_title(title, fontsize=10)
     fig.tight_layout(); plt.close(fig)

@@ -4,30 +4,30 @@
 
 # %% ../nbs/15_engine_core_proc.ipynb #ffc64b16
 from __future__ import annotations
-import asyncio, atexit, concurrent.futures, itertools, multiprocessing, pickle, queue, shutil, signal, tempfile, threading
-import time, traceback, uuid
-from dataclasses import asdict, dataclass
+import asyncio, atexit, concurrent.futures, itertools, multiprocessing, pickle, queue
+import shutil, signal, tempfile, threading, time, traceback, uuid
+from dataclasses import asdict
 from enum import Enum
 from functools import partial
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable
 import msgpack, zmq
-import torch
 from fastcore.basics import patch
 from .request import Request, SamplingParams
-from .outputs import EngineCoreOutput
-from .engine import (CompletionOutput, EngineCore, LLM, RequestOutput, check_prompt, load_tokenizer,
-                             resolve_model_path)
+from .outputs import EngineCoreOutput, LogprobsLists
+from .engine import (EngineArgs, EngineCore, OutputProcessor, RequestOutput,
+                             RequestOutputKind, build_engine_core, check_prompt,
+                             check_sampling_params, fan_out, load_tokenizer, resolve_model_path)
 
 # %% auto #0
-__all__ = ['EngineCoreRequestType', 'EngineDeadError', 'bind_socket', 'request_to_wire', 'request_from_wire', 'output_to_wire',
-           'encode_request', 'decode_request', 'EngineCoreProc', 'make_engine_core', 'run_engine_core',
-           'IncrementalDetokenizer', 'RequestOutputCollector', 'RequestState', 'make_delta', 'AsyncLLM',
+__all__ = ['POLL_INTERVAL_MS', 'OUTPUT_LINGER_MS', 'EngineCoreRequestType', 'EngineDeadError', 'bind_socket', 'request_to_wire',
+           'request_from_wire', 'output_to_wire', 'output_from_wire', 'encode_request', 'decode_request',
+           'EngineCoreProc', 'make_engine_core', 'run_engine_core', 'RequestOutputCollector', 'AsyncLLM',
            'staggered_streams', 'plot_request_spans']
 
 # %% ../nbs/15_engine_core_proc.ipynb #ad6110ec
 class EngineCoreRequestType(bytes, Enum):
-    "First frame of every front end -> engine message (vLLM's `EngineCoreRequestType`; SHUTDOWN is minivllm's)."
+    "First frame of a front end -> engine message (vLLM's `EngineCoreRequestType`; SHUTDOWN: ours)."
     ADD = b"\x00"
     ABORT = b"\x01"
     UTILITY = b"\x03"
@@ -37,10 +37,12 @@ class EngineDeadError(RuntimeError):
     "The engine process failed or exited; the message carries its traceback when it could send one."
 
 # %% ../nbs/15_engine_core_proc.ipynb #1292fae5
-def bind_socket(ctx: zmq.Context, kind: int, transport: str, ipc_dir: str | None) -> tuple[zmq.Socket, str]:
-    "A socket bound to a fresh loopback address: `ipc://` in `ipc_dir`, or `tcp://127.0.0.1` on a free port."
+def bind_socket(ctx: zmq.Context, kind: int, transport: str,
+                ipc_dir: str | None) -> tuple[zmq.Socket, str]:
+    "A socket bound to a fresh loopback address: `ipc://` in `ipc_dir`, or `tcp://127.0.0.1:*`."
     socket = ctx.socket(kind)
-    if transport == "ipc": socket.bind(f"ipc://{ipc_dir}/{'input' if kind == zmq.ROUTER else 'output'}")
+    name = "input" if kind == zmq.ROUTER else "output"
+    if transport == "ipc": socket.bind(f"ipc://{ipc_dir}/{name}")
     elif transport == "tcp": socket.bind("tcp://127.0.0.1:*")
     else: raise ValueError(f"transport must be 'ipc' or 'tcp', got {transport!r}")
     return socket, socket.getsockopt(zmq.LAST_ENDPOINT).decode()
@@ -48,16 +50,29 @@ def bind_socket(ctx: zmq.Context, kind: int, transport: str, ipc_dir: str | None
 # %% ../nbs/15_engine_core_proc.ipynb #bd626223
 def request_to_wire(r: Request) -> list:
     "An ADD payload: the fields the engine needs to rebuild the `Request`."
-    return [r.request_id, list(r.prompt_token_ids), asdict(r.sampling_params), r.eos_token_id, r.arrival_time, r.priority]
+    return [r.request_id, list(r.prompt_token_ids), asdict(r.sampling_params), r.eos_token_id,
+            r.arrival_time, r.priority]
 
 def request_from_wire(x: list) -> Request:
     "Rebuild the `Request` of an ADD payload (in the engine's input thread)."
     request_id, prompt_token_ids, sampling_params, eos_token_id, arrival_time, priority = x
-    return Request(request_id, prompt_token_ids, SamplingParams(**sampling_params), eos_token_id, arrival_time, priority)
+    return Request(request_id, prompt_token_ids, SamplingParams(**sampling_params), eos_token_id,
+                   arrival_time, priority)
+
+def _lists_to_wire(x: LogprobsLists | None) -> list | None:
+    return None if x is None else [x.logprob_token_ids, x.logprobs, x.sampled_token_ranks]
 
 def output_to_wire(o: EngineCoreOutput) -> list:
     "One `EngineCoreOutput` as a list."
-    return [o.request_id, list(o.new_token_ids), o.finish_reason, o.stop_reason, o.num_cached_tokens, o.new_logprobs]
+    return [o.request_id, list(o.new_token_ids), o.finish_reason, o.stop_reason,
+            o.num_cached_tokens, _lists_to_wire(o.new_logprobs),
+            _lists_to_wire(o.new_prompt_logprobs)]
+
+def output_from_wire(x: list) -> EngineCoreOutput:
+    "Rebuild an `EngineCoreOutput` (in the front end's output thread)."
+    *fields, logprobs, prompt_logprobs = x
+    return EngineCoreOutput(*fields, None if logprobs is None else LogprobsLists(*logprobs),
+                            None if prompt_logprobs is None else LogprobsLists(*prompt_logprobs))
 
 # %% ../nbs/15_engine_core_proc.ipynb #c6087566
 def encode_request(request_type: EngineCoreRequestType, payload) -> list[bytes]:
@@ -65,14 +80,16 @@ def encode_request(request_type: EngineCoreRequestType, payload) -> list[bytes]:
     return [request_type.value, msgpack.packb(payload)]
 
 def decode_request(frames: list[bytes]) -> tuple[EngineCoreRequestType, Any]:
-    "Frames -> `(request_type, payload)`, ADD payloads already turned into a `Request` (seed 003's preprocessing)."
+    "Frames -> `(request_type, payload)`; an ADD payload is already turned into a `Request`."
     request_type, payload = EngineCoreRequestType(frames[0]), msgpack.unpackb(frames[1])
-    return request_type, request_from_wire(payload) if request_type == EngineCoreRequestType.ADD else payload
+    if request_type == EngineCoreRequestType.ADD: payload = request_from_wire(payload)
+    return request_type, payload
 
 # %% ../nbs/15_engine_core_proc.ipynb #99889395
 class EngineCoreProc:
-    "The engine core as a server: an input thread fills `input_queue`, `run_busy_loop` steps (vLLM's `EngineCoreProc`)."
-    def __init__(self, input_address: str, output_address: str, make_engine_core: Callable[[], tuple[EngineCore, dict]]):
+    "The engine core as a server: an input thread fills `input_queue`, `run_busy_loop` steps."
+    def __init__(self, input_address: str, output_address: str,
+                 make_engine_core: Callable[[], EngineCore]):
         self.input_address, self.make_engine_core = input_address, make_engine_core
         self.engine_core: EngineCore | None = None
         self.input_queue: queue.Queue = queue.Queue()
@@ -86,6 +103,8 @@ class EngineCoreProc:
         self.output_socket.send(msgpack.packb(message))
 
 # %% ../nbs/15_engine_core_proc.ipynb #a9be567b
+POLL_INTERVAL_MS = 100   # socket waits wake this often to check for shutdown or a dead peer
+
 def _parent_is_dead() -> bool:
     "True when this process was spawned and its parent has exited."
     parent = multiprocessing.parent_process()
@@ -93,14 +112,16 @@ def _parent_is_dead() -> bool:
 
 @patch
 def process_input_sockets(self: EngineCoreProc, ready_info: dict) -> None:
-    "Input thread: handshake, then decode each message into `input_queue` (SHUTDOWN if the parent dies)."
+    "Input thread: handshake, then decode messages into `input_queue` (SHUTDOWN if parent dies)."
     socket = self.ctx.socket(zmq.DEALER)
     socket.connect(self.input_address)
     socket.send(msgpack.packb(ready_info))
     try:
         while not self.shutdown_requested:
-            if socket.poll(100): self.input_queue.put_nowait(decode_request(socket.recv_multipart()))
-            elif _parent_is_dead(): self.input_queue.put_nowait((EngineCoreRequestType.SHUTDOWN, None))
+            if socket.poll(POLL_INTERVAL_MS):
+                self.input_queue.put_nowait(decode_request(socket.recv_multipart()))
+            elif _parent_is_dead():
+                self.input_queue.put_nowait((EngineCoreRequestType.SHUTDOWN, None))
     finally: socket.close(linger=0)
 
 # %% ../nbs/15_engine_core_proc.ipynb #baae30a6
@@ -127,11 +148,13 @@ def _process_engine_step(self: EngineCoreProc) -> None:
     self.step_counter += 1
     if outputs.outputs:
         stats = outputs.scheduler_stats
-        self.send(outputs=[output_to_wire(o) for o in outputs.outputs], stats=None if stats is None else asdict(stats))
+        self.send(outputs=[output_to_wire(o) for o in outputs.outputs],
+                  stats=None if stats is None else asdict(stats))
 
 # %% ../nbs/15_engine_core_proc.ipynb #9bb9fd48
 @patch
-def _handle_client_request(self: EngineCoreProc, request_type: EngineCoreRequestType, request: Any) -> None:
+def _handle_client_request(self: EngineCoreProc, request_type: EngineCoreRequestType,
+                           request: Any) -> None:
     "Dispatch one request from the front end (vLLM's `_handle_client_request`)."
     if request_type == EngineCoreRequestType.ADD:
         try: self.engine_core.add_request(request)
@@ -154,8 +177,9 @@ def get_stats(self: EngineCoreProc) -> dict:
     scheduler = self.engine_core.scheduler
     pool = scheduler.kv_cache_manager.block_pool
     return dict(num_running_reqs=len(scheduler.running), num_waiting_reqs=len(scheduler.waiting),
-                kv_cache_usage=scheduler.kv_cache_manager.usage, num_free_blocks=pool.get_num_free_blocks(),
-                num_gpu_blocks=pool.num_gpu_blocks, step_counter=self.step_counter)
+                kv_cache_usage=scheduler.kv_cache_manager.usage,
+                num_free_blocks=pool.get_num_free_blocks(), num_gpu_blocks=pool.num_gpu_blocks,
+                step_counter=self.step_counter)
 
 @patch
 def reset_prefix_cache(self: EngineCoreProc) -> bool:
@@ -164,129 +188,88 @@ def reset_prefix_cache(self: EngineCoreProc) -> bool:
 
 @patch
 def get_timeline(self: EngineCoreProc) -> bytes | None:
-    "The attached `TimelineRecorder`'s settings and step records, pickled (None without a recorder)."
+    "The attached `TimelineRecorder`'s settings and records, pickled (None without a recorder)."
     from minivllm.timeline import TimelineRecorder
-    rec = next((o for o in self.engine_core.step_observers if isinstance(o, TimelineRecorder)), None)
+    observers = self.engine_core.step_observers
+    rec = next((o for o in observers if isinstance(o, TimelineRecorder)), None)
     return None if rec is None else pickle.dumps((rec.device, rec.settings, rec.records))
 
 # %% ../nbs/15_engine_core_proc.ipynb #fddd6336
+OUTPUT_LINGER_MS = 2000  # a dying engine's last message (its traceback) gets 2 s to leave
+
 @patch
 def run(self: EngineCoreProc) -> bool:
-    "Build the engine, handshake, run the busy loop; a failure is reported to the front end. True on clean exit."
+    "Build the engine, handshake, run the busy loop; report a failure. True on a clean exit."
+    input_thread = None
     try:
-        self.engine_core, ready_info = self.make_engine_core()
-        threading.Thread(target=self.process_input_sockets, args=(ready_info,), daemon=True,
-                         name="EngineCoreInput").start()
+        self.engine_core = self.make_engine_core()
+        input_thread = threading.Thread(target=self.process_input_sockets, daemon=True,
+                                        args=(self.engine_core.info,), name="EngineCoreInput")
+        input_thread.start()
         self.run_busy_loop()
         return True
     except Exception:
         self.send(error=traceback.format_exc())
         return False
     finally:
-        self.shutdown_requested = True
-        self.output_socket.close(linger=2000)
+        self.shutdown_requested = True   # the input thread sees it within a poll, closes its socket
+        if input_thread is not None: input_thread.join(2 * POLL_INTERVAL_MS / 1000)
+        self.output_socket.close(linger=OUTPUT_LINGER_MS)
 
 # %% ../nbs/15_engine_core_proc.ipynb #91556d37
-def make_engine_core(num_threads: int | None = None, record_timeline: bool = False, **llm_kwargs) -> tuple[EngineCore, dict]:
-    "Build the `EngineCore` that `LLM(**llm_kwargs)` builds; returns it with the front end's handshake info."
-    if num_threads: torch.set_num_threads(num_threads)
-    llm = LLM(**llm_kwargs)
-    if not record_timeline: llm.engine_core.step_observers.remove(llm.timeline)  # a server need not keep records
-    info = dict(max_model_len=llm.max_model_len, vocab_size=llm.model.config.vocab_size,
-                eos_token_id=llm.eos_token_id, num_gpu_blocks=llm.cache_config.num_gpu_blocks,
-                block_size=llm.block_size, model=str(llm.model_path))
-    return llm.engine_core, info
+def make_engine_core(engine_args: EngineArgs, eos_token_id: int | None = None,
+                     record_timeline: bool = False) -> EngineCore:
+    "The engine process's `EngineCore` (`build_engine_core`), with a timeline recorder when asked."
+    core = build_engine_core(engine_args, eos_token_id)
+    if record_timeline:
+        from minivllm.timeline import TimelineRecorder
+        info = core.info
+        label = f"{info['device']}, {info['model_name']}"
+        core.step_observers.append(TimelineRecorder(device=label))
+    return core
 
-def run_engine_core(input_address: str, output_address: str, engine_kwargs: dict) -> None:
-    "Body of the engine process: serve an `EngineCoreProc` until SHUTDOWN; exit code 1 after a failure."
-    signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C reaches the whole process group: the front end shuts us down
-    ok = EngineCoreProc(input_address, output_address, partial(make_engine_core, **engine_kwargs)).run()
-    if not ok: raise SystemExit(1)
-
-# %% ../nbs/15_engine_core_proc.ipynb #bd100250
-class IncrementalDetokenizer:
-    "Decodes a growing list of token ids, releases text in deltas and checks stop strings (vLLM's name)."
-    def __init__(self, tokenizer=None, stop: list[str] | None = None):
-        self.tokenizer, self.stop = tokenizer, [s for s in (stop or []) if s]
-        self.token_ids: list[int] = []
-        self.text, self.num_sent = "", 0
-        self.hold_back = max((len(s) for s in self.stop), default=1) - 1
-
-    def update(self, new_token_ids: list[int]) -> str | None:
-        "Append tokens and re-decode; returns the stop string that matched (the text is cut before it), else None."
-        self.token_ids.extend(new_token_ids)
-        if self.tokenizer is None: return None
-        self.text = self.tokenizer.decode(self.token_ids, skip_special_tokens=True)
-        return self.check_stop_strings()
-
-# %% ../nbs/15_engine_core_proc.ipynb #7043a55a
-@patch
-def check_stop_strings(self: IncrementalDetokenizer) -> str | None:
-    "Cut the text before the earliest stop string it contains; returns that string, else None."
-    found = [(i, s) for s in self.stop if (i := self.text.find(s)) >= 0]
-    if not found: return None
-    i, s = min(found)
-    self.text = self.text[:i]
-    return s
-
-@patch
-def get_next_output_text(self: IncrementalDetokenizer, finished: bool) -> str:
-    "The text not sent yet; while unfinished, hold back an incomplete character and a possible stop-string start."
-    end = len(self.text)
-    if not finished: end = max(len(self.text.rstrip("\ufffd")) - self.hold_back, self.num_sent)
-    delta, self.num_sent = self.text[self.num_sent:end], max(end, self.num_sent)
-    return delta
+def run_engine_core(input_address: str, output_address: str, engine_args: EngineArgs,
+                    eos_token_id: int | None = None, record_timeline: bool = False) -> None:
+    "Body of the engine process: serve an `EngineCoreProc` until SHUTDOWN; exit code 1 on failure."
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C hits the group: the front end stops us
+    make = partial(make_engine_core, engine_args, eos_token_id, record_timeline)
+    if not EngineCoreProc(input_address, output_address, make).run(): raise SystemExit(1)
 
 # %% ../nbs/15_engine_core_proc.ipynb #a4843f68
 class RequestOutputCollector:
-    "The queue one request's stream reads from; an exception put here is raised by `get` (vLLM's name)."
-    def __init__(self): self.queue: asyncio.Queue = asyncio.Queue()
+    "The queue one request's outputs arrive in, from any thread; an error put here ends the stream."
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.loop, self.queue = loop, asyncio.Queue()
+
     def put(self, item: RequestOutput | Exception) -> None:
-        "Queue the next delta, or the error that ends the stream."
-        self.queue.put_nowait(item)
+        "Queue the next output, or the error that ends the stream (dropped if the loop is closed)."
+        try: self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+        except RuntimeError: pass   # the waiting loop was closed: nobody is listening any more
 
     async def get(self) -> RequestOutput:
-        "The next delta (waits), or raise the error that ended the stream."
+        "The next output (waits), or raise the error that ended the stream."
         item = await self.queue.get()
         if isinstance(item, Exception): raise item
         return item
 
-@dataclass
-class RequestState:
-    "Front-end state of one request: prompt, detokenizer, and where its outputs go."
-    request_id: str
-    prompt: str | None
-    prompt_token_ids: list[int]
-    detokenizer: IncrementalDetokenizer
-    collector: RequestOutputCollector
-    loop: asyncio.AbstractEventLoop
-    num_cached_tokens: int = 0
-
-# %% ../nbs/15_engine_core_proc.ipynb #bdc879ca
-def make_delta(state: RequestState, out: EngineCoreOutput) -> tuple[RequestOutput, str | None]:
-    "The `RequestOutput` delta for `out`; also the stop string that ended it, if one did."
-    stop = state.detokenizer.update(out.new_token_ids)
-    finish_reason, stop_reason = ("stop", stop) if stop is not None else (out.finish_reason, out.stop_reason)
-    finished = finish_reason is not None
-    state.num_cached_tokens = max(out.num_cached_tokens, state.num_cached_tokens)
-    completion = CompletionOutput(0, state.detokenizer.get_next_output_text(finished), list(out.new_token_ids),
-                                  finish_reason, stop_reason)
-    return RequestOutput(state.request_id, state.prompt, state.prompt_token_ids, [completion], finished,
-                         state.num_cached_tokens), stop
-
 # %% ../nbs/15_engine_core_proc.ipynb #5b7d466a
 class AsyncLLM:
-    "Streaming front end: tokenise, send to an `EngineCoreProc` process, yield `RequestOutput` deltas (vLLM's `AsyncLLM`)."
-    def __init__(self, model: str | Path | None = None, *, transport: str = "ipc", startup_timeout: float = 600,
-                 **engine_kwargs):
+    "Streaming front end: tokenise, send to an `EngineCoreProc` process, yield `RequestOutput`s."
+    def __init__(self, model: str | Path | None = None, *, transport: str = "ipc",
+                 startup_timeout: float = 600, record_timeline: bool = False, **engine_kwargs):
         self.model_path = resolve_model_path(model)
+        # a TypeError for an unknown option, before any process starts
+        engine_args = EngineArgs(model=str(self.model_path), **engine_kwargs)
         self.tokenizer = load_tokenizer(self.model_path)
-        self.request_states: dict[str, RequestState] = {}
+        self.output_processor = OutputProcessor(self.tokenizer)
+        self.processor_lock = threading.Lock()
         self.utility_futures: dict[int, concurrent.futures.Future] = {}
         self.call_ids, self.errored, self.closed = itertools.count(), None, False
         self.input_lock = threading.Lock()
-        self._start_engine(transport, {**engine_kwargs, "model": str(self.model_path)}, startup_timeout)
-        self.output_thread = threading.Thread(target=self._process_outputs, daemon=True, name="AsyncLLMOutput")
+        eos = self.tokenizer.eos_token_id if self.tokenizer is not None else None
+        self._start_engine(transport, (engine_args, eos, record_timeline), startup_timeout)
+        self.output_thread = threading.Thread(target=self._process_outputs, daemon=True,
+                                              name="AsyncLLMOutput")
         self.output_thread.start()
         atexit.register(self.shutdown)
 
@@ -295,13 +278,19 @@ class AsyncLLM:
         "The engine's `max_model_len` (from the handshake)."
         return self.engine_info["max_model_len"]
 
+    @property
+    def num_requests_in_flight(self) -> int:
+        "Engine requests this front end still waits for (a request with `n > 1` counts `n`)."
+        return len(self.output_processor.request_states)
+
     def get_tokenizer(self):
         "The Hugging Face tokenizer (`None` for a folder without one)."
         return self.tokenizer
 
 # %% ../nbs/15_engine_core_proc.ipynb #28be28a3
 @patch
-def _start_engine(self: AsyncLLM, transport: str, engine_kwargs: dict, timeout: float) -> None:
+def _start_engine(self: AsyncLLM, transport: str, engine_process_args: tuple,
+                  timeout: float) -> None:
     "Bind the sockets, spawn the engine process and wait for its handshake."
     from minivllm import engine_core_proc  # spawn pickles the entry point by module name
     self.ctx = zmq.Context()
@@ -309,8 +298,8 @@ def _start_engine(self: AsyncLLM, transport: str, engine_kwargs: dict, timeout: 
     self.input_socket, input_address = bind_socket(self.ctx, zmq.ROUTER, transport, self.ipc_dir)
     self.output_socket, output_address = bind_socket(self.ctx, zmq.PULL, transport, self.ipc_dir)
     self.proc = multiprocessing.get_context("spawn").Process(
-        target=engine_core_proc.run_engine_core, args=(input_address, output_address, engine_kwargs),
-        name="EngineCore", daemon=True)
+        target=engine_core_proc.run_engine_core,
+        args=(input_address, output_address, *engine_process_args), name="EngineCore", daemon=True)
     try:
         self.proc.start()
         self.engine_identity, self.engine_info = self._wait_for_handshake(timeout)
@@ -321,12 +310,14 @@ def _wait_for_handshake(self: AsyncLLM, timeout: float) -> tuple[bytes, dict]:
     "The engine's identity and info, or `EngineDeadError` with its traceback if it died first."
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if self.input_socket.poll(100):
+        if self.input_socket.poll(POLL_INTERVAL_MS):
             identity, info = self.input_socket.recv_multipart()
             return identity, msgpack.unpackb(info)
         if not self.proc.is_alive():
-            message = msgpack.unpackb(self.output_socket.recv()) if self.output_socket.poll(1000) else {}
-            raise EngineDeadError(message.get("error") or f"engine process exited with code {self.proc.exitcode}")
+            sent = self.output_socket.poll(OUTPUT_LINGER_MS)
+            message = msgpack.unpackb(self.output_socket.recv()) if sent else {}
+            exited = f"engine process exited with code {self.proc.exitcode}"
+            raise EngineDeadError(message.get("error") or exited)
     raise EngineDeadError(f"engine process did not start within {timeout} s")
 
 # %% ../nbs/15_engine_core_proc.ipynb #08e9894d
@@ -334,98 +325,108 @@ def _wait_for_handshake(self: AsyncLLM, timeout: float) -> tuple[bytes, dict]:
 def _process_outputs(self: AsyncLLM) -> None:
     "Output thread: dispatch every message from the engine until shutdown or engine death."
     while not self.closed:
-        if self.output_socket.poll(100): self._dispatch(msgpack.unpackb(self.output_socket.recv()))
+        if self.output_socket.poll(POLL_INTERVAL_MS):
+            self._dispatch(msgpack.unpackb(self.output_socket.recv()))
         elif not self.proc.is_alive() and not self.closed:
             self._fail(EngineDeadError(f"engine process exited with code {self.proc.exitcode}"))
         if self.errored is not None: return
 
 @patch
 def _dispatch(self: AsyncLLM, message: dict) -> None:
-    "Route one output message: per-request outputs and errors, stats, utility results, engine death."
+    "Route one output message: outputs, per-request errors, stats, utility results, engine death."
     if message.get("error"): return self._fail(EngineDeadError(message["error"]))
     if message.get("stats"): self.last_stats = message["stats"]
     if message.get("utility"):
         call_id, ok, result = message["utility"]
         future = self.utility_futures.pop(call_id, None)
-        if future is not None: future.set_result(result) if ok else future.set_exception(RuntimeError(result))
-    for wire in message.get("outputs") or []: self._to_loop(wire[0], self._process_output, EngineCoreOutput(*wire))
-    for request_id, text in message.get("errors") or []: self._to_loop(request_id, self._reject, ValueError(text))
+        if future is not None:
+            future.set_result(result) if ok else future.set_exception(RuntimeError(result))
+    if message.get("outputs"):
+        with self.processor_lock:
+            outputs = [output_from_wire(o) for o in message["outputs"]]
+            processed = self.output_processor.process_outputs(outputs)
+        if processed.reqs_to_abort: self._send(EngineCoreRequestType.ABORT, processed.reqs_to_abort)
+    for request_id, text in message.get("errors") or []: self._reject(request_id, ValueError(text))
 
 # %% ../nbs/15_engine_core_proc.ipynb #702e83f3
 @patch
-def _to_loop(self: AsyncLLM, request_id: str, fn: Callable, arg) -> None:
-    "Run `fn(state, arg)` in the event loop waiting for `request_id` (dropped if the request is gone)."
-    state = self.request_states.get(request_id)
-    if state is None: return
-    try: state.loop.call_soon_threadsafe(fn, state, arg)
-    except RuntimeError: self.request_states.pop(request_id, None)  # its loop was closed
-
-@patch
-def _process_output(self: AsyncLLM, state: RequestState, out: EngineCoreOutput) -> None:
-    "In the request's loop: make the delta, finish the request on a stop string or a finish reason."
-    if self.request_states.get(state.request_id) is not state: return  # aborted or finished meanwhile
-    delta, stop = make_delta(state, out)
-    if delta.finished: self.request_states.pop(state.request_id, None)
-    if stop is not None and not out.finished: self._send(EngineCoreRequestType.ABORT, [state.request_id])
-    state.collector.put(delta)
-
-@patch
-def _reject(self: AsyncLLM, state: RequestState, error: Exception) -> None:
-    "In the request's loop: end its stream with `error`."
-    self.request_states.pop(state.request_id, None)
-    state.collector.put(error)
+def _reject(self: AsyncLLM, request_id: str, error: Exception) -> None:
+    "End the stream behind engine request `request_id` with `error`; abort its siblings."
+    with self.processor_lock:
+        state = self.output_processor.request_states.get(request_id)
+        if state is None: return
+        user_id = state.parent_req.request_id if state.parent_req is not None else request_id
+        to_abort = [r for r in self.output_processor.abort_requests([user_id]) if r != request_id]
+    if to_abort: self._send(EngineCoreRequestType.ABORT, to_abort)
+    state.queue.put(error)
 
 @patch
 def _fail(self: AsyncLLM, error: EngineDeadError) -> None:
     "The engine is dead: every open stream and pending utility call gets `error`."
     self.errored = error
-    for request_id in list(self.request_states): self._to_loop(request_id, self._reject, error)
+    with self.processor_lock:
+        queues = {id(s.queue): s.queue for s in self.output_processor.request_states.values()}
+        self.output_processor.request_states.clear(); self.output_processor.parent_requests.clear()
+    for q in queues.values(): q.put(error)
     for future in list(self.utility_futures.values()): future.set_exception(error)
     self.utility_futures.clear()
 
 # %% ../nbs/15_engine_core_proc.ipynb #2a90056d
 @patch
 def tokenize_prompt(self: AsyncLLM, prompt: str | list[int]) -> list[int]:
-    "Token ids of a text or token-id prompt, checked against the vocabulary and `max_model_len` (`check_prompt`)."
+    "Token ids of a text or token-id prompt, checked against the vocabulary and `max_model_len`."
     return check_prompt(self.tokenizer, prompt, self.engine_info["vocab_size"], self.max_model_len)
 
 # %% ../nbs/15_engine_core_proc.ipynb #393cda83
 @patch
 def _send(self: AsyncLLM, request_type: EngineCoreRequestType, payload) -> None:
     "Send one message to the engine (any thread)."
-    with self.input_lock: self.input_socket.send_multipart([self.engine_identity, *encode_request(request_type, payload)])
+    with self.input_lock:
+        frames = [self.engine_identity, *encode_request(request_type, payload)]
+        self.input_socket.send_multipart(frames)
 
 @patch
-async def add_request(self: AsyncLLM, request_id: str, prompt: str | list[int], sampling_params: SamplingParams | None = None,
-                      *, priority: int = 0, stop: list[str] | None = None) -> RequestOutputCollector:
-    "Validate, register and send one request; returns the collector its deltas arrive in."
+async def add_request(self: AsyncLLM, request_id: str, prompt: str | list[int],
+                      sampling_params: SamplingParams | None = None, *, priority: int = 0,
+                      output_kind: RequestOutputKind = RequestOutputKind.DELTA
+                      ) -> RequestOutputCollector:
+    "Validate, register and send one request (`n` engine requests); the collector of its outputs."
     if self.errored is not None: raise self.errored
-    if request_id in self.request_states: raise ValueError(f"request id {request_id!r} is already in use")
     sampling_params = sampling_params or SamplingParams()
-    if not isinstance(sampling_params, SamplingParams): raise ValueError("sampling_params must be SamplingParams")
+    check_sampling_params(sampling_params, self.tokenizer, self.engine_info["vocab_size"])
     prompt_token_ids = self.tokenize_prompt(prompt)
-    request = Request(request_id, prompt_token_ids, sampling_params, self.engine_info["eos_token_id"], priority=priority)
-    state = RequestState(request_id, prompt if isinstance(prompt, str) else None, prompt_token_ids,
-                         IncrementalDetokenizer(self.tokenizer, stop), RequestOutputCollector(), asyncio.get_running_loop())
-    self.request_states[request_id] = state
-    self._send(EngineCoreRequestType.ADD, request_to_wire(request))
-    return state.collector
+    collector = RequestOutputCollector(asyncio.get_running_loop())
+    requests = []
+    with self.processor_lock:
+        op = self.output_processor
+        if request_id in op.request_states or request_id in op.parent_requests:
+            raise ValueError(f"request id {request_id!r} is already in use")
+        for child_id, sp, parent, index in fan_out(request_id, sampling_params):
+            eos = self.engine_info["eos_token_id"]
+            requests.append(Request(child_id, prompt_token_ids, sp, eos, priority=priority))
+            text = prompt if isinstance(prompt, str) else None
+            op.add_request(requests[-1], text, parent, index, collector, output_kind)
+    for request in requests: self._send(EngineCoreRequestType.ADD, request_to_wire(request))
+    return collector
 
 # %% ../nbs/15_engine_core_proc.ipynb #03511e4e
 @patch
 def abort(self: AsyncLLM, request_id: str | list[str]) -> None:
-    "Abort requests: forget them here, and tell the engine to finish them and free their blocks."
+    "Abort requests (with all their `n` children): forget them here, and finish them in the engine."
     request_ids = [request_id] if isinstance(request_id, str) else list(request_id)
-    request_ids = [r for r in request_ids if self.request_states.pop(r, None) is not None]
-    if request_ids and self.errored is None and not self.closed: self._send(EngineCoreRequestType.ABORT, request_ids)
+    with self.processor_lock: to_abort = self.output_processor.abort_requests(request_ids)
+    if to_abort and self.errored is None and not self.closed:
+        self._send(EngineCoreRequestType.ABORT, to_abort)
 
 @patch
-async def generate(self: AsyncLLM, prompt: str | list[int], sampling_params: SamplingParams | None = None,
-                   request_id: str | None = None, *, priority: int = 0,
-                   stop: list[str] | None = None) -> AsyncIterator[RequestOutput]:
-    "Stream `RequestOutput` deltas for one prompt as tokens are sampled; aborts the request if abandoned."
+async def generate(self: AsyncLLM, prompt: str | list[int],
+                   sampling_params: SamplingParams | None = None, request_id: str | None = None, *,
+                   priority: int = 0, output_kind: RequestOutputKind = RequestOutputKind.DELTA
+                   ) -> AsyncIterator[RequestOutput]:
+    "Stream `RequestOutput`s for one prompt as tokens are sampled; aborts the request if abandoned."
     request_id = request_id or uuid.uuid4().hex
-    collector = await self.add_request(request_id, prompt, sampling_params, priority=priority, stop=stop)
+    collector = await self.add_request(request_id, prompt, sampling_params, priority=priority,
+                                       output_kind=output_kind)
     finished = False
     try:
         while not finished:
@@ -455,7 +456,8 @@ def get_timeline(self: AsyncLLM, timeout: float = 30):
     "The engine's `TimelineRecorder` (started with `record_timeline=True`), copied to this process."
     from minivllm.timeline import TimelineRecorder
     blob = self.call_utility("get_timeline").result(timeout)
-    if blob is None: raise ValueError("the engine records no timeline; start it with record_timeline=True")
+    if blob is None:
+        raise ValueError("the engine records no timeline; start it with record_timeline=True")
     device, settings, records = pickle.loads(blob)
     rec = TimelineRecorder(device=device)
     rec.settings, rec.records = settings, records
@@ -464,7 +466,7 @@ def get_timeline(self: AsyncLLM, timeout: float = 30):
 # %% ../nbs/15_engine_core_proc.ipynb #585bb541
 @patch
 def shutdown(self: AsyncLLM, timeout: float = 10) -> None:
-    "Stop the engine process (SHUTDOWN, then terminate if needed) and close the sockets; idempotent."
+    "Stop the engine process (SHUTDOWN, then terminate if need be), close the sockets; idempotent."
     if self.closed: return
     if self.errored is None and getattr(self, "engine_identity", None) is not None:
         self._send(EngineCoreRequestType.SHUTDOWN, None)
@@ -483,23 +485,26 @@ def __enter__(self: AsyncLLM): return self
 def __exit__(self: AsyncLLM, *exc): self.shutdown()
 
 # %% ../nbs/15_engine_core_proc.ipynb #b29662c0
-async def staggered_streams(async_llm: AsyncLLM, prompts: list, sampling_params: SamplingParams, every: int) -> list[dict]:
-    "Stream the prompts, sending request i+1 once request i has `every` tokens; send and delta times per request."
-    traces = [dict(request_id=f"req {i}", token_times=[], num_tokens=0) for i in range(len(prompts))]
+async def staggered_streams(async_llm: AsyncLLM, prompts: list, sampling_params: SamplingParams,
+                            every: int) -> list[dict]:
+    "Stream the prompts, sending request i+1 once request i has `every` tokens; send, delta times."
+    traces = [dict(request_id=f"req {i}", token_times=[], num_tokens=0)
+              for i in range(len(prompts))]
     ready = [asyncio.Event() for _ in prompts]
     async def one(i):
         if i: await ready[i - 1].wait()
         t = traces[i]
         t["sent"] = time.perf_counter()
         async for out in async_llm.generate(prompts[i], sampling_params, t["request_id"]):
-            t["token_times"].append(time.perf_counter()); t["num_tokens"] += len(out.outputs[0].token_ids)
+            t["token_times"].append(time.perf_counter())
+            t["num_tokens"] += len(out.outputs[0].token_ids)
             if t["num_tokens"] >= every: ready[i].set()
         ready[i].set()
     await asyncio.gather(*(one(i) for i in range(len(prompts))))
     return traces
 
 def plot_request_spans(traces: list[dict], title: str = "Requests over time"):
-    "One row per request: waiting until its first token (light), then decoding (dark) with a tick per delta."
+    "One row per request: waiting for its first token (light), decoding (dark), a tick per delta."
     import matplotlib.pyplot as plt
     t0 = min(t["sent"] for t in traces)
     fig, ax = plt.subplots(figsize=(7, 0.35 * len(traces) + 1.2))
@@ -507,8 +512,11 @@ def plot_request_spans(traces: list[dict], title: str = "Requests over time"):
         sent, first, last = (x - t0 for x in (t["sent"], t["token_times"][0], t["token_times"][-1]))
         ax.barh(y, first - sent, left=sent, color="#cfe2f3", edgecolor="#6fa8dc")
         ax.barh(y, last - first, left=first, color="#93c47d", edgecolor="#38761d")
-        ax.plot([x - t0 for x in t["token_times"]], [y] * len(t["token_times"]), "|", color="black", ms=6)
-    ax.set_yticks(range(len(traces))); ax.set_yticklabels([t.get("request_id", f"req {i}") for i, t in enumerate(traces)])
-    ax.invert_yaxis(); ax.set_xlabel("seconds since the first request was sent"); ax.set_title(title, fontsize=10)
+        times = [x - t0 for x in t["token_times"]]
+        ax.plot(times, [y] * len(times), "|", color="black", ms=6)
+    ax.set_yticks(range(len(traces)))
+    ax.set_yticklabels([t.get("request_id", f"req {i}") for i, t in enumerate(traces)])
+    ax.invert_yaxis(); ax.set_xlabel("seconds since the first request was sent")
+    ax.set_title(title, fontsize=10)
     fig.tight_layout(); plt.close(fig)
     return fig

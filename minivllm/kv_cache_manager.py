@@ -36,12 +36,12 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 class KVCacheManager:
-    "Maps requests' tokens to KV-cache blocks: prefix-cache lookups, all-or-nothing allocation, freeing."
-    def __init__(self, num_gpu_blocks: int, block_size: int, max_model_len: int, enable_caching: bool = True,
-                 log_stats: bool = False, classic_free_order: bool = False):
+    "Maps requests' tokens to KV blocks: prefix-cache lookups, all-or-nothing allocation, freeing."
+    def __init__(self, num_gpu_blocks: int, block_size: int, max_model_len: int,
+                 enable_caching: bool = True, log_stats: bool = False):
         self.block_size, self.max_model_len = block_size, max_model_len
         self.enable_caching, self.log_stats = enable_caching, log_stats
-        self.block_pool = BlockPool(num_gpu_blocks, enable_caching, classic_free_order=classic_free_order)
+        self.block_pool = BlockPool(num_gpu_blocks, enable_caching)
         self.req_to_blocks: dict[str, list[KVCacheBlock]] = {}
         self.num_cached_block: dict[str, int] = {}
         self.prefix_cache_stats = PrefixCacheStats() if log_stats else None
@@ -55,7 +55,7 @@ class KVCacheManager:
 
     @property
     def prefix_cache_hit_rate(self) -> float:
-        "Hit tokens / queried tokens over the manager's lifetime (admissions of never-preempted requests)."
+        "Hit / queried tokens over the manager's lifetime (admissions of never-preempted requests)."
         return self.lifetime_prefix_cache_stats.hit_rate
 
     def get_blocks(self, request_id: str) -> KVCacheBlocks:
@@ -68,7 +68,8 @@ class KVCacheManager:
 
 # %% ../nbs/03_kv_cache_manager.ipynb #608e8ebd
 @patch
-def find_longest_cache_hit(self: KVCacheManager, block_hashes: list[bytes], max_length: int) -> list[KVCacheBlock]:
+def find_longest_cache_hit(self: KVCacheManager, block_hashes: list[bytes],
+                           max_length: int) -> list[KVCacheBlock]:
     "Cached blocks for the longest prefix of `block_hashes` covering at most `max_length` tokens."
     hits = []
     for block_hash in block_hashes[: max_length // self.block_size]:
@@ -78,39 +79,45 @@ def find_longest_cache_hit(self: KVCacheManager, block_hashes: list[bytes], max_
 
 @patch
 def get_computed_blocks(self: KVCacheManager, request: Request) -> tuple[KVCacheBlocks, int]:
-    "The longest cached block-aligned prefix of `request` (never all its tokens) and its length in tokens."
+    "The longest cached block-aligned prefix of `request` (never all its tokens), and its length."
     if not self.enable_caching: return self.empty_kv_cache_blocks, 0
     hits = self.find_longest_cache_hit(request.block_hashes, request.num_tokens - 1)
     return KVCacheBlocks(hits), len(hits) * self.block_size
 
 @patch
 def record_prefix_cache_stats(self: KVCacheManager, request: Request, num_hits: int) -> None:
-    "Count an admitted request's prefix lookup (`num_hits` tokens hit) in the stats; nothing if caching is off."
+    "Count an admitted request's lookup (`num_hits` tokens hit); nothing if caching is off."
     if not self.enable_caching: return
-    stats = [self.lifetime_prefix_cache_stats] + ([self.prefix_cache_stats] if self.log_stats else [])
-    for s in stats: s.record(num_tokens=request.num_tokens, num_hits=num_hits, preempted=request.num_preemptions > 0)
+    stats = [self.lifetime_prefix_cache_stats]
+    if self.log_stats: stats.append(self.prefix_cache_stats)
+    for s in stats:
+        s.record(num_tokens=request.num_tokens, num_hits=num_hits,
+                 preempted=request.num_preemptions > 0)
 
 # %% ../nbs/03_kv_cache_manager.ipynb #70dd4210
 @patch
 def get_num_blocks_to_allocate(self: KVCacheManager, request_id: str, num_tokens: int,
                                new_computed_blocks: list[KVCacheBlock]) -> int:
-    "Free-queue blocks needed to give `request_id` `num_tokens` slots, counting evictable hit blocks."
+    "Free-queue blocks needed to give `request_id` `num_tokens` slots (evictable hits count)."
     num_new = max(cdiv(num_tokens, self.block_size) - len(new_computed_blocks)
                   - len(self.req_to_blocks.get(request_id, [])), 0)
     num_evictable_hits = sum(b.ref_cnt == 0 and not b.is_null for b in new_computed_blocks)
     return num_new + num_evictable_hits
 
 @patch
-def allocate_new_computed_blocks(self: KVCacheManager, request_id: str, new_computed_blocks: list[KVCacheBlock]):
+def allocate_new_computed_blocks(self: KVCacheManager, request_id: str,
+                                 new_computed_blocks: list[KVCacheBlock]):
     "Touch the prefix-hit blocks and make them the start of a new request's block table."
-    assert request_id not in self.req_to_blocks, f"{request_id} already holds blocks: hits are for new requests"
+    assert request_id not in self.req_to_blocks, \
+        f"{request_id} already holds blocks: hits are for new requests"
     self.block_pool.touch(new_computed_blocks)
     self.req_to_blocks[request_id] = list(new_computed_blocks)
     self.num_cached_block[request_id] = len(new_computed_blocks)
 
 @patch
-def allocate_new_blocks(self: KVCacheManager, request_id: str, num_tokens: int) -> list[KVCacheBlock]:
-    "Append blocks from the pool until `request_id` has slots for `num_tokens` tokens; returns the new ones."
+def allocate_new_blocks(self: KVCacheManager, request_id: str,
+                        num_tokens: int) -> list[KVCacheBlock]:
+    "Append pool blocks until `request_id` has slots for `num_tokens` tokens; returns the new ones."
     req_blocks = self.req_to_blocks.setdefault(request_id, [])
     num_new = cdiv(num_tokens, self.block_size) - len(req_blocks)
     if num_new <= 0: return []
@@ -121,26 +128,31 @@ def allocate_new_blocks(self: KVCacheManager, request_id: str, num_tokens: int) 
 @patch
 def cache_blocks(self: KVCacheManager, request: Request, num_tokens: int):
     "Register the request's full blocks among its first `num_tokens` tokens in the prefix cache."
-    num_cached, num_full = self.num_cached_block.get(request.request_id, 0), num_tokens // self.block_size
+    rid = request.request_id
+    num_cached, num_full = self.num_cached_block.get(rid, 0), num_tokens // self.block_size
     if num_cached >= num_full: return
-    self.block_pool.cache_full_blocks(request, self.req_to_blocks[request.request_id], num_cached, num_full,
+    self.block_pool.cache_full_blocks(request, self.req_to_blocks[rid], num_cached, num_full,
                                       self.block_size)
-    self.num_cached_block[request.request_id] = num_full
+    self.num_cached_block[rid] = num_full
 
 # %% ../nbs/03_kv_cache_manager.ipynb #b6bab28d
 @patch
-def allocate_slots(self: KVCacheManager, request: Request, num_new_tokens: int, num_new_computed_tokens: int = 0,
-                   new_computed_blocks: KVCacheBlocks | None = None, num_lookahead_tokens: int = 0) -> KVCacheBlocks | None:
-    "Give `request` KV slots for `num_new_tokens` more tokens (after its prefix hit); `None`, changing nothing, if they do not fit."
+def allocate_slots(self: KVCacheManager, request: Request, num_new_tokens: int,
+                   num_new_computed_tokens: int = 0,
+                   new_computed_blocks: KVCacheBlocks | None = None,
+                   num_lookahead_tokens: int = 0) -> KVCacheBlocks | None:
+    "KV slots for `num_new_tokens` more tokens after a prefix hit; `None` (no change) if short."
     if num_new_tokens == 0: raise ValueError("num_new_tokens must be greater than 0")
     hits = new_computed_blocks.blocks if new_computed_blocks is not None else []
     total_computed = min(request.num_computed_tokens + num_new_computed_tokens, self.max_model_len)
-    num_tokens_need_slot = min(total_computed + num_new_tokens + num_lookahead_tokens, self.max_model_len)
-    num_blocks_to_allocate = self.get_num_blocks_to_allocate(request.request_id, num_tokens_need_slot, hits)
-    if num_blocks_to_allocate > self.block_pool.get_num_free_blocks(): return None
+    num_tokens_need_slot = min(total_computed + num_new_tokens + num_lookahead_tokens,
+                               self.max_model_len)
+    num_blocks = self.get_num_blocks_to_allocate(request.request_id, num_tokens_need_slot, hits)
+    if num_blocks > self.block_pool.get_num_free_blocks(): return None
     if hits: self.allocate_new_computed_blocks(request.request_id, hits)
     new_blocks = self.allocate_new_blocks(request.request_id, num_tokens_need_slot)
-    if self.enable_caching: self.cache_blocks(request, min(total_computed + num_new_tokens, request.num_tokens))
+    if self.enable_caching:
+        self.cache_blocks(request, min(total_computed + num_new_tokens, request.num_tokens))
     return KVCacheBlocks(new_blocks)
 
 # %% ../nbs/03_kv_cache_manager.ipynb #6a9a1b1a

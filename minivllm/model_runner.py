@@ -8,8 +8,7 @@ import numpy as np
 import torch
 from fastcore.basics import patch
 from .attention import AttentionMetadata
-try: from minivllm.attention import to_attn_metadata      # its home from now on
-except ImportError: from minivllm.model import to_attn_metadata
+from .attention import to_attn_metadata
 from .input_batch import (CachedRequestState, InputBatch, BatchInputs, update_states,
                                   prepare_inputs, bookkeeping_sync, to_device)
 from .outputs import LogprobsLists, ModelRunnerOutput, EMPTY_MODEL_RUNNER_OUTPUT

@@ -34,6 +34,7 @@ class CachedRequestData:
     "Already-seen requests scheduled this step: parallel lists of per-request diffs."
     req_ids: list[str] = field(default_factory=list)
     resumed_req_ids: set[str] = field(default_factory=set)
+    new_token_ids: list[list[int]] = field(default_factory=list)  # vLLM parity: always empty here
     all_token_ids: dict[str, list[int]] = field(default_factory=dict)
     new_block_ids: list[list[int] | None] = field(default_factory=list)
     num_computed_tokens: list[int] = field(default_factory=list)

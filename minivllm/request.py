@@ -94,6 +94,7 @@ class RequestStatus(enum.IntEnum):
     FINISHED_STOPPED = enum.auto()
     FINISHED_LENGTH_CAPPED = enum.auto()
     FINISHED_ABORTED = enum.auto()
+    FINISHED_IGNORED = enum.auto()  # vLLM parity only: minivllm refuses over-long prompts instead
 
     def __str__(self): return self.name
 
@@ -109,7 +110,8 @@ class RequestStatus(enum.IntEnum):
 
 _FINISHED_REASONS = {RequestStatus.FINISHED_STOPPED: "stop",
                      RequestStatus.FINISHED_LENGTH_CAPPED: "length",
-                     RequestStatus.FINISHED_ABORTED: "abort"}
+                     RequestStatus.FINISHED_ABORTED: "abort",
+                     RequestStatus.FINISHED_IGNORED: "length"}
 
 # %% ../nbs/00_request.ipynb #86f6705a
 class ConstantList(Sequence):

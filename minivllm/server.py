@@ -12,26 +12,30 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel
 from .request import SamplingParams
+from .outputs import Logprob
+from .engine import CompletionOutput
 from .engine_core_proc import AsyncLLM, EngineDeadError
 
 # %% auto #0
-__all__ = ['router', 'error_response', 'validation_message', 'StreamOptions', 'SamplingFields', 'CompletionRequest',
-           'ChatMessage', 'ChatCompletionRequest', 'check_request', 'to_sampling_params', 'stop_strings',
-           'completion_prompt', 'chat_prompt', 'Generation', 'make_choice', 'full_response', 'stream_chunks',
-           'until_disconnected', 'respond', 'health', 'show_available_models', 'stats', 'create_completion',
-           'create_chat_completion', 'build_app', 'serve', 'serve_in_thread', 'add_serve_args', 'serve_from_args']
+__all__ = ['SAMPLING_FIELDS', 'router', 'error_response', 'validation_message', 'StreamOptions', 'SamplingFields',
+           'CompletionRequest', 'ChatMessage', 'ChatCompletionRequest', 'check_request', 'num_logprobs',
+           'to_sampling_params', 'completion_prompt', 'chat_prompt', 'completion_logprobs', 'chat_logprobs',
+           'Generation', 'make_choice', 'full_response', 'stream_chunks', 'until_disconnected', 'respond', 'health',
+           'show_available_models', 'stats', 'create_completion', 'create_chat_completion', 'build_app', 'serve',
+           'serve_in_thread']
 
 # %% ../nbs/16_server.ipynb #bf1ed695
 def error_response(message: str, status_code: int = 400, err_type: str = "BadRequestError",
                    param: str | None = None) -> JSONResponse:
     "An OpenAI-style error body (vLLM's `ErrorResponse`)."
-    return JSONResponse({"error": {"message": message, "type": err_type, "param": param, "code": status_code}},
-                        status_code=status_code)
+    error = {"message": message, "type": err_type, "param": param, "code": status_code}
+    return JSONResponse({"error": error}, status_code=status_code)
 
 def validation_message(exc: RequestValidationError) -> str:
     "The pydantic errors as one line: where, and what is wrong (malformed JSON included)."
     def one(e):
-        if e["type"] == "json_invalid": return f"malformed JSON body at character {e['loc'][-1]}: {e['ctx']['error']}"
+        if e["type"] == "json_invalid":
+            return f"malformed JSON body at character {e['loc'][-1]}: {e['ctx']['error']}"
         return f"{'.'.join(str(x) for x in e['loc'][1:]) or 'body'}: {e['msg']}"
     return "; ".join(one(e) for e in exc.errors())
 
@@ -41,26 +45,33 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 class SamplingFields(BaseModel):
-    "The generation parameters shared by completions and chat completions."
+    "Generation parameters of completions and chat completions (OpenAI's and vLLM's names)."
     model: str | None = None
     max_tokens: int | None = None
+    n: int = 1
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0
+    min_p: float = 0.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
     min_tokens: int = 0
     seed: int | None = None
     stop: str | list[str] | None = None
     stop_token_ids: list[int] | None = None
+    include_stop_str_in_output: bool = False
+    skip_special_tokens: bool = True
     ignore_eos: bool = False
-    n: int = 1
-    logprobs: int | bool | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
     return_token_ids: bool = False
 
 class CompletionRequest(SamplingFields):
-    "Body of `POST /v1/completions`: a text or token-id prompt."
+    "Body of `POST /v1/completions`: a text or token-id prompt; `logprobs`: top tokens wanted."
     prompt: str | list[int] | list[str] | list[list[int]]
+    logprobs: int | None = None
+    echo: bool = False
 
 class ChatMessage(BaseModel):
     "One chat message: a role and its content."
@@ -68,34 +79,47 @@ class ChatMessage(BaseModel):
     content: str | list[dict] | None = None
 
 class ChatCompletionRequest(SamplingFields):
-    "Body of `POST /v1/chat/completions`: the conversation so far."
+    "Body of `POST /v1/chat/completions`: the conversation so far; `logprobs` + `top_logprobs`."
     messages: list[ChatMessage]
     max_completion_tokens: int | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = None
 
 # %% ../nbs/16_server.ipynb #7bfd98f4
+# request fields passed to SamplingParams as they are: the same names on both sides
+SAMPLING_FIELDS = ["n", "temperature", "top_p", "top_k", "min_p", "presence_penalty",
+                   "frequency_penalty", "repetition_penalty", "min_tokens", "seed", "stop",
+                   "stop_token_ids", "include_stop_str_in_output", "skip_special_tokens",
+                   "ignore_eos"]
+
 def check_request(body: SamplingFields, model_name: str) -> None:
     "Reject an unknown model and the options minivllm does not implement."
     if body.model is not None and body.model != model_name:
-        raise ValueError(f"The model `{body.model}` does not exist; this server serves `{model_name}`")
-    if body.n != 1: raise ValueError("only n=1 is supported")
-    if body.logprobs not in (None, False): raise ValueError("logprobs are not supported")
+        raise ValueError(f"The model `{body.model}` does not exist; this server serves "
+                         f"`{model_name}`")
+    if getattr(body, "echo", False): raise ValueError("echo is not supported")
+
+def num_logprobs(body: SamplingFields) -> int | None:
+    "`SamplingParams.logprobs` for the body: completions' `logprobs`, or chat's `top_logprobs`."
+    if isinstance(body, ChatCompletionRequest):
+        if body.top_logprobs is not None and not body.logprobs:
+            raise ValueError("top_logprobs needs logprobs: true")
+        return (body.top_logprobs or 0) if body.logprobs else None
+    return body.logprobs
 
 def to_sampling_params(body: SamplingFields, num_prompt_tokens: int, max_model_len: int,
                        default_max_tokens: int | None) -> SamplingParams:
-    "The request's `SamplingParams`; `ValueError` if a value is invalid or prompt + max_tokens does not fit."
+    "The request's `SamplingParams`; `ValueError` for a wrong value or too long a prompt + output."
     max_tokens = body.max_tokens if body.max_tokens is not None else default_max_tokens
-    if max_tokens is None: max_tokens = max_model_len - num_prompt_tokens   # all the room that is left
+    if max_tokens is None: max_tokens = max_model_len - num_prompt_tokens   # all the room left
     if num_prompt_tokens + max_tokens > max_model_len:
-        raise ValueError(f"This model's maximum context length is {max_model_len} tokens. However, you requested "
-                         f"{num_prompt_tokens + max_tokens} tokens ({num_prompt_tokens} in the prompt, {max_tokens} "
-                         "in the completion). Please reduce the length of the prompt or the completion.")
-    return SamplingParams(temperature=body.temperature, top_p=body.top_p, top_k=body.top_k, max_tokens=max_tokens,
-                          min_tokens=body.min_tokens, stop_token_ids=body.stop_token_ids, ignore_eos=body.ignore_eos,
-                          seed=body.seed)
-
-def stop_strings(body: SamplingFields) -> list[str]:
-    "`stop` as a list."
-    return [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
+        total = num_prompt_tokens + max_tokens
+        raise ValueError(f"This model's maximum context length is {max_model_len} tokens. "
+                         f"However, you requested {total} tokens ({num_prompt_tokens} in the "
+                         f"prompt, {max_tokens} in the completion). Please reduce the length of "
+                         "the prompt or the completion.")
+    return SamplingParams(max_tokens=max_tokens, logprobs=num_logprobs(body),
+                          **{name: getattr(body, name) for name in SAMPLING_FIELDS})
 
 # %% ../nbs/16_server.ipynb #9711c92e
 def completion_prompt(prompt) -> str | list[int]:
@@ -113,71 +137,128 @@ def chat_prompt(tokenizer, messages: list[ChatMessage]) -> list[int]:
         p.get("text", "") for p in content or [] if p.get("type") == "text")
     conversation = [{"role": m.role, "content": text(m.content)} for m in messages]
     prompt = tokenizer.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True)
-    return tokenizer.encode(prompt, add_special_tokens=False)   # the template has the special tokens
+    return tokenizer.encode(prompt, add_special_tokens=False)   # the template has special tokens
+
+# %% ../nbs/16_server.ipynb #o16d02
+def _token(token_id: int, lp: Logprob) -> str:
+    "The token's text, or `token_id:<id>` without a tokenizer."
+    return lp.decoded_token if lp.decoded_token is not None else f"token_id:{token_id}"
+
+def _top(step: dict[int, Logprob], k: int) -> list[tuple[int, Logprob]]:
+    "The `k` most likely entries of one position, by rank."
+    return sorted(((t, lp) for t, lp in step.items() if lp.rank is not None and lp.rank <= k),
+                  key=lambda x: x[1].rank)
+
+def completion_logprobs(token_ids: list[int], logprobs: list[dict[int, Logprob]], k: int,
+                        text_offset: int = 0) -> dict:
+    "OpenAI's completions `logprobs`: tokens, token_logprobs, top_logprobs, text_offset."
+    out = dict(tokens=[], token_logprobs=[], top_logprobs=[], text_offset=[])
+    for token_id, step in zip(token_ids, logprobs):
+        token = _token(token_id, step[token_id])
+        out["tokens"].append(token)
+        out["token_logprobs"].append(max(step[token_id].logprob, -9999.0))
+        top = {_token(t, lp): max(lp.logprob, -9999.0) for t, lp in _top(step, k)}
+        out["top_logprobs"].append(top)
+        out["text_offset"].append(text_offset); text_offset += len(token)
+    return out
+
+def chat_logprobs(token_ids: list[int], logprobs: list[dict[int, Logprob]], k: int) -> dict:
+    "OpenAI's chat `logprobs`: `{content: [{token, logprob, bytes, top_logprobs}, ...]}`."
+    def entry(t, lp):
+        token = _token(t, lp)
+        return dict(token=token, logprob=max(lp.logprob, -9999.0),
+                    bytes=list(token.encode(errors="replace")))
+    return {"content": [entry(t, step[t]) | {"top_logprobs": [entry(*x) for x in _top(step, k)]}
+                        for t, step in zip(token_ids, logprobs)]}
 
 # %% ../nbs/16_server.ipynb #1a2edce6
 class Generation:
     "One request in flight: its id, object kind, prompt size and the `AsyncLLM` stream of deltas."
-    def __init__(self, async_llm: AsyncLLM, kind: str, prompt_token_ids: list[int], body: SamplingFields,
-                 sampling_params: SamplingParams, model_name: str):
-        self.kind, self.body, self.model_name = kind, body, model_name   # kind: "text_completion" / "chat.completion"
-        self.request_id = f"{'cmpl' if kind == 'text_completion' else 'chatcmpl'}-{uuid.uuid4().hex}"
-        self.created, self.num_prompt_tokens, self.num_output_tokens = int(time.time()), len(prompt_token_ids), 0
-        self.prompt_token_ids = prompt_token_ids
-        self.stream = async_llm.generate(prompt_token_ids, sampling_params, self.request_id, stop=stop_strings(body))
+    def __init__(self, async_llm: AsyncLLM, kind: str, prompt_token_ids: list[int],
+                 body: SamplingFields, sampling_params: SamplingParams, model_name: str):
+        # kind: "text_completion" or "chat.completion"
+        self.kind, self.body, self.model_name = kind, body, model_name
+        prefix = "cmpl" if kind == "text_completion" else "chatcmpl"
+        self.request_id = f"{prefix}-{uuid.uuid4().hex}"
+        self.created, self.num_prompt_tokens = int(time.time()), len(prompt_token_ids)
+        self.num_output_tokens = 0
+        self.num_logprobs = sampling_params.logprobs
+        self.text_offsets: dict[int, int] = {}   # choice index -> characters sent
+        self.stream = async_llm.generate(prompt_token_ids, sampling_params, self.request_id)
 
     def usage(self) -> dict:
-        "OpenAI's usage counts."
+        "OpenAI's usage counts (every choice's tokens)."
         return dict(prompt_tokens=self.num_prompt_tokens, completion_tokens=self.num_output_tokens,
                     total_tokens=self.num_prompt_tokens + self.num_output_tokens)
 
     def envelope(self, choices: list[dict], chunk: bool) -> dict:
         "The object around the choices: id, object type, created, model."
         kind = self.kind + (".chunk" if chunk and self.kind == "chat.completion" else "")
-        return {"id": self.request_id, "object": kind, "created": self.created, "model": self.model_name,
-                "choices": choices}
+        return {"id": self.request_id, "object": kind, "created": self.created,
+                "model": self.model_name, "choices": choices}
 
 # %% ../nbs/16_server.ipynb #abe56c5c
-def make_choice(g: Generation, text: str, token_ids: list[int], finish_reason: str | None, stop_reason,
-                chunk: bool, first: bool = False) -> dict:
-    "One choice of a response or chunk, in the endpoint's shape."
-    choice = {"index": 0, "logprobs": None, "finish_reason": finish_reason, "stop_reason": stop_reason}
-    if g.kind == "text_completion": choice["text"] = text
-    elif chunk: choice["delta"] = ({"role": "assistant"} if first else {}) | ({"content": text} if text or first else {})
-    else: choice["message"] = {"role": "assistant", "content": text}
-    if g.body.return_token_ids: choice["token_ids"] = token_ids
+def make_choice(g: Generation, c: CompletionOutput, chunk: bool, first: bool = False) -> dict:
+    "One choice of a response or chunk, in the endpoint's shape, from a completion or its delta."
+    choice = {"index": c.index, "logprobs": None, "finish_reason": c.finish_reason,
+              "stop_reason": c.stop_reason}
+    if g.kind == "text_completion": choice["text"] = c.text
+    elif chunk:
+        choice["delta"] = ({"role": "assistant"} if first else {}) | (
+            {"content": c.text} if c.text or first else {})
+    else: choice["message"] = {"role": "assistant", "content": c.text}
+    if g.num_logprobs is not None and c.logprobs is not None:
+        if g.kind == "text_completion":
+            choice["logprobs"] = completion_logprobs(c.token_ids, c.logprobs, g.num_logprobs,
+                                                     g.text_offsets.get(c.index, 0))
+        else: choice["logprobs"] = chat_logprobs(c.token_ids, c.logprobs, g.num_logprobs)
+    g.text_offsets[c.index] = g.text_offsets.get(c.index, 0) + len(c.text)
+    if g.body.return_token_ids: choice["token_ids"] = c.token_ids
     return choice
 
 # %% ../nbs/16_server.ipynb #eae70a50
+def _merge(into: CompletionOutput | None, delta: CompletionOutput) -> CompletionOutput:
+    "A completion grown by one delta."
+    if into is None:
+        logprobs = None if delta.logprobs is None else list(delta.logprobs)
+        return CompletionOutput(delta.index, delta.text, list(delta.token_ids),
+                                delta.cumulative_logprob, logprobs, delta.finish_reason,
+                                delta.stop_reason)
+    into.text += delta.text; into.token_ids += delta.token_ids
+    if delta.logprobs is not None: into.logprobs += delta.logprobs
+    into.cumulative_logprob = delta.cumulative_logprob
+    into.finish_reason, into.stop_reason = delta.finish_reason, delta.stop_reason
+    return into
+
 async def full_response(g: Generation) -> dict:
-    "Run the generation to the end; one response object with usage."
-    text, token_ids, last = [], [], None
+    "Run the generation to the end; one response object, a choice per completion, with usage."
+    completions: dict[int, CompletionOutput] = {}
     async for out in g.stream:
-        last = out.outputs[0]
-        text.append(last.text); token_ids.extend(last.token_ids)
-    g.num_output_tokens = len(token_ids)
-    response = g.envelope([make_choice(g, "".join(text), token_ids, last.finish_reason, last.stop_reason, False)], False)
-    return response | {"usage": g.usage()}
+        for c in out.outputs: completions[c.index] = _merge(completions.get(c.index), c)
+    g.num_output_tokens = sum(len(c.token_ids) for c in completions.values())
+    choices = [make_choice(g, completions[i], False) for i in sorted(completions)]
+    return g.envelope(choices, False) | {"usage": g.usage()}
 
 async def stream_chunks(g: Generation) -> AsyncIterator[str]:
-    "Server-sent events: one chunk per delta, optional usage chunk, then `[DONE]`; errors become an error event."
+    "Server-sent events: a chunk per delta, an optional usage chunk, `[DONE]`; errors as an event."
     try:
-        first = True
+        started = set()
         async for out in g.stream:
-            c = out.outputs[0]
-            g.num_output_tokens += len(c.token_ids)
-            choice = make_choice(g, c.text, c.token_ids, c.finish_reason, c.stop_reason, True, first)
-            first = False
-            yield f"data: {json.dumps(g.envelope([choice], True))}\n\n"
+            for c in out.outputs:
+                g.num_output_tokens += len(c.token_ids)
+                choice = make_choice(g, c, True, first=c.index not in started)
+                started.add(c.index)
+                yield f"data: {json.dumps(g.envelope([choice], True))}\n\n"
         if g.body.stream_options and g.body.stream_options.include_usage:
             yield f"data: {json.dumps(g.envelope([], True) | {'usage': g.usage()})}\n\n"
     except (ValueError, EngineDeadError) as e:
-        yield f"data: {json.dumps({'error': {'message': str(e), 'type': type(e).__name__, 'param': None, 'code': 500}})}\n\n"
+        error = {"message": str(e), "type": type(e).__name__, "param": None, "code": 500}
+        yield f"data: {json.dumps({'error': error})}\n\n"
     yield "data: [DONE]\n\n"
 
 # %% ../nbs/16_server.ipynb #58dd28d7
 async def until_disconnected(raw_request: HTTPRequest, coro):
-    "Await `coro`, cancelling it (and so aborting its request) if the client disconnects first; None then."
+    "Await `coro`, cancelling it (and aborting its request) if the client disconnects; None then."
     task = asyncio.ensure_future(coro)
     async def listen():
         while (await raw_request.receive())["type"] != "http.disconnect": pass
@@ -203,42 +284,50 @@ def _state(raw_request: HTTPRequest) -> tuple[AsyncLLM, str]:
 async def health(raw_request: HTTPRequest):
     "200 while the engine process lives, 503 once it died."
     async_llm, _ = _state(raw_request)
-    if async_llm.errored is not None: return error_response("the engine process died", 503, "ServiceUnavailableError")
+    if async_llm.errored is not None:
+        return error_response("the engine process died", 503, "ServiceUnavailableError")
     return {}
 
 @router.get("/v1/models")
 async def show_available_models(raw_request: HTTPRequest):
     "The one model served, in OpenAI's list shape (vLLM's handler name)."
     async_llm, model_name = _state(raw_request)
-    return {"object": "list", "data": [{"id": model_name, "object": "model", "created": int(time.time()),
-                                        "owned_by": "minivllm", "root": str(async_llm.model_path),
-                                        "max_model_len": async_llm.max_model_len}]}
+    card = {"id": model_name, "object": "model", "created": int(time.time()),
+            "owned_by": "minivllm", "root": str(async_llm.model_path),
+            "max_model_len": async_llm.max_model_len}
+    return {"object": "list", "data": [card]}
 
 @router.get("/stats")
 async def stats(raw_request: HTTPRequest):
     "The engine's queue lengths and KV blocks, plus the requests this front end has in flight."
     async_llm, _ = _state(raw_request)
-    return await async_llm.get_stats() | {"num_requests_in_flight": len(async_llm.request_states)}
+    in_flight = {"num_requests_in_flight": async_llm.num_requests_in_flight}
+    return await async_llm.get_stats() | in_flight
 
 # %% ../nbs/16_server.ipynb #2ffe510a
 @router.post("/v1/completions")
 async def create_completion(body: CompletionRequest, raw_request: HTTPRequest):
-    "`POST /v1/completions`: one prompt (text or token ids) -> a completion, whole or streamed."
+    "`POST /v1/completions`: one prompt (text or token ids) -> `n` completions, whole or streamed."
     async_llm, model_name = _state(raw_request)
     check_request(body, model_name)
     prompt_token_ids = async_llm.tokenize_prompt(completion_prompt(body.prompt))
-    sp = to_sampling_params(body, len(prompt_token_ids), async_llm.max_model_len, default_max_tokens=16)
-    return await respond(raw_request, Generation(async_llm, "text_completion", prompt_token_ids, body, sp, model_name))
+    sp = to_sampling_params(body, len(prompt_token_ids), async_llm.max_model_len,
+                            default_max_tokens=16)
+    g = Generation(async_llm, "text_completion", prompt_token_ids, body, sp, model_name)
+    return await respond(raw_request, g)
 
 @router.post("/v1/chat/completions")
 async def create_chat_completion(body: ChatCompletionRequest, raw_request: HTTPRequest):
-    "`POST /v1/chat/completions`: messages through the chat template -> the assistant's reply, whole or streamed."
+    "`POST /v1/chat/completions`: messages through the chat template -> `n` replies."
     async_llm, model_name = _state(raw_request)
     check_request(body, model_name)
-    prompt_token_ids = async_llm.tokenize_prompt(chat_prompt(async_llm.get_tokenizer(), body.messages))
+    prompt = chat_prompt(async_llm.get_tokenizer(), body.messages)
+    prompt_token_ids = async_llm.tokenize_prompt(prompt)
     if body.max_tokens is None: body.max_tokens = body.max_completion_tokens
-    sp = to_sampling_params(body, len(prompt_token_ids), async_llm.max_model_len, default_max_tokens=None)
-    return await respond(raw_request, Generation(async_llm, "chat.completion", prompt_token_ids, body, sp, model_name))
+    sp = to_sampling_params(body, len(prompt_token_ids), async_llm.max_model_len,
+                            default_max_tokens=None)
+    g = Generation(async_llm, "chat.completion", prompt_token_ids, body, sp, model_name)
+    return await respond(raw_request, g)
 
 # %% ../nbs/16_server.ipynb #cbf9f474
 def build_app(async_llm: AsyncLLM, model_name: str | None = None) -> FastAPI:
@@ -246,14 +335,16 @@ def build_app(async_llm: AsyncLLM, model_name: str | None = None) -> FastAPI:
     app = FastAPI(title="minivllm", description="OpenAI-compatible API over minivllm's AsyncLLM")
     app.state.async_llm, app.state.model_name = async_llm, model_name or async_llm.model_path.name
     app.include_router(router)
-    app.add_exception_handler(RequestValidationError, lambda r, e: error_response(validation_message(e)))
+    app.add_exception_handler(RequestValidationError,
+                              lambda r, e: error_response(validation_message(e)))
     app.add_exception_handler(ValueError, lambda r, e: error_response(str(e)))
-    app.add_exception_handler(EngineDeadError, lambda r, e: error_response(str(e), 500, "InternalServerError"))
+    app.add_exception_handler(EngineDeadError,
+                              lambda r, e: error_response(str(e), 500, "InternalServerError"))
     return app
 
 # %% ../nbs/16_server.ipynb #9d8c0a29
-def serve(model: str | None = None, host: str = "127.0.0.1", port: int = 8000, model_name: str | None = None,
-          **engine_kwargs) -> None:
+def serve(model: str | None = None, host: str = "127.0.0.1", port: int = 8000,
+          model_name: str | None = None, **engine_kwargs) -> None:
     "Serve `model` (default: the embedded SmolLM2) with an OpenAI-compatible API until interrupted."
     import uvicorn
     with AsyncLLM(model, **engine_kwargs) as async_llm:
@@ -273,19 +364,3 @@ def serve_in_thread(app: FastAPI, host: str = "127.0.0.1", port: int = 0) -> Ite
     finally:
         server.should_exit = True
         thread.join(10)
-
-# %% ../nbs/16_server.ipynb #d13d98c1
-def add_serve_args(parser) -> None:
-    "Arguments of `minivllm serve`."
-    parser.add_argument("--model", default=None, help="local Hugging Face model folder (default: embedded SmolLM2)")
-    parser.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--served-model-name", default=None, help="model name clients use (default: folder name)")
-    parser.add_argument("--max-model-len", type=int, default=None)
-    parser.add_argument("--num-gpu-blocks", type=int, default=None, help="KV-cache blocks (default: sized from memory)")
-    parser.add_argument("--seed", type=int, default=0)
-
-def serve_from_args(args) -> None:
-    "Run `minivllm serve` with parsed arguments."
-    serve(args.model, args.host, args.port, args.served_model_name, max_model_len=args.max_model_len,
-          num_gpu_blocks=args.num_gpu_blocks, seed=args.seed)

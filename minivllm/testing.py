@@ -5,16 +5,16 @@
 # %% ../nbs/05_testing.ipynb #d84e4875
 from __future__ import annotations
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from fastcore.basics import patch
+from .block_pool import BlockPool, KVCacheBlock
 from .request import Request, RequestStatus, SamplingParams
 from .outputs import SchedulerOutput, ModelRunnerOutput
 from .scheduler import Scheduler, SchedulerConfig, CacheConfig
 
 # %% auto #0
-__all__ = ['ORACLE_DEFAULTS', 'ScheduledEntry', 'scheduled_entries', 'WorkerRequestState', 'FakeWorker', 'step_log',
-           'check_invariants', 'scheduler_from_workload', 'request_from_workload', 'worker_from_workload',
-           'run_workload', 'decisions', 'diff_traces', 'e12_workload', 'plot_grants']
+__all__ = ['WORKLOAD_DEFAULTS', 'ScheduledEntry', 'scheduled_entries', 'WorkerRequestState', 'FakeWorker', 'step_log', 'check_invariants', 'scheduler_from_workload', 'request_from_workload', 'worker_from_workload', 'run_workload', 'decisions', 'diff_traces', 'e12_workload', 'plot_grants', 'ClassicFreeOrderBlockPool', 'NoScalarReads', 'make_paged_batch', 'TINY_CONFIG', 'make_tiny_model', 'HistoryModel', 'run_with_recorder', 'workload_arrivals', 'record_workload', 'EXAMPLE_CONFIG', 'E11_SPEC', 'example_request', 'example_workload', 'e1_workload', 'e3_workload', 'e4_workload', 'e5_workload', 'e6_workload', 'e6_variant_workload', 'e7_workload', 'e8_workload', 'e9_workload', 'e10_workload', 'e10_priority_workload', 'e10_self_victim_workload', 'e11_workload', 'e12_small_workload', 'HoldsTap', 'plot_cleanup', 'worked_example_workloads', 'fit_to_vocab', 'schedule_of', 'schedule_difference', 'replay_on_engine', 'llms_for', 'worked_examples_on_engine']
 
 # %% ../nbs/05_testing.ipynb #be16c653
 @dataclass
@@ -24,7 +24,7 @@ class ScheduledEntry:
     kind: str                     # "new", "resumed" or "running"
     num_computed_tokens: int      # start position of this step's tokens (pre-step snapshot)
     num_scheduled_tokens: int
-    new_block_ids: list[int] | None  # new: all blocks; resumed: all blocks (replace); running: appended or None
+    new_block_ids: list[int] | None  # new/resumed: all blocks (resumed: replace); running: appended
     num_output_tokens: int | None = None  # cached requests only
 
     @property
@@ -34,13 +34,16 @@ class ScheduledEntry:
 
 def scheduled_entries(scheduler_output: SchedulerOutput) -> list[ScheduledEntry]:
     "The scheduled requests of `scheduler_output`, in scheduling order."
-    by_id = {nr.req_id: ScheduledEntry(nr.req_id, "new", nr.num_computed_tokens, 0, list(nr.block_ids))
+    by_id = {nr.req_id: ScheduledEntry(nr.req_id, "new", nr.num_computed_tokens, 0,
+                                       list(nr.block_ids))
              for nr in scheduler_output.scheduled_new_reqs}
     c = scheduler_output.scheduled_cached_reqs
     for i, rid in enumerate(c.req_ids):
-        by_id[rid] = ScheduledEntry(rid, "resumed" if rid in c.resumed_req_ids else "running",
-                                    c.num_computed_tokens[i], 0, c.new_block_ids[i], c.num_output_tokens[i])
-    for rid, n in scheduler_output.num_scheduled_tokens.items(): by_id[rid].num_scheduled_tokens = n
+        kind = "resumed" if rid in c.resumed_req_ids else "running"
+        by_id[rid] = ScheduledEntry(rid, kind, c.num_computed_tokens[i], 0, c.new_block_ids[i],
+                                    c.num_output_tokens[i])
+    for rid, n in scheduler_output.num_scheduled_tokens.items():
+        by_id[rid].num_scheduled_tokens = n
     return [by_id[rid] for rid in scheduler_output.num_scheduled_tokens]
 
 # %% ../nbs/05_testing.ipynb #32b56065
@@ -53,8 +56,9 @@ class WorkerRequestState:
     num_computed_tokens: int
 
 class FakeWorker:
-    "Stand-in for the model runner: tracks requests from `SchedulerOutput`s and samples deterministic tokens."
-    def __init__(self, base: int = 10000, req_stride: int = 1000, req_index: dict[str, int] | None = None,
+    "Stand-in for the model runner: follows `SchedulerOutput`s, samples deterministic tokens."
+    def __init__(self, base: int = 10000, req_stride: int = 1000,
+                 req_index: dict[str, int] | None = None,
                  output_token_ids: dict[str, list[int]] | None = None):
         self.base, self.req_stride = base, req_stride
         self.req_index, self.output_token_ids = dict(req_index or {}), dict(output_token_ids or {})
@@ -64,7 +68,8 @@ class FakeWorker:
         "Output number `k` of `req_id`: the listed token if any, else `base + req_stride*i + k`."
         listed = self.output_token_ids.get(req_id) or []
         if k < len(listed): return listed[k]
-        return self.base + self.req_stride * self.req_index.setdefault(req_id, len(self.req_index)) + k
+        i = self.req_index.setdefault(req_id, len(self.req_index))
+        return self.base + self.req_stride * i + k
 
 # %% ../nbs/05_testing.ipynb #42167396
 @patch
@@ -72,8 +77,9 @@ def _update_states(self: FakeWorker, so: SchedulerOutput) -> None:
     "Apply one `SchedulerOutput` to the worker's request states (vLLM's `_update_states`)."
     for rid in so.finished_req_ids: self.requests.pop(rid, None)
     for nr in so.scheduled_new_reqs:
-        self.requests[nr.req_id] = WorkerRequestState(list(nr.prompt_token_ids), len(nr.prompt_token_ids),
-                                                        list(nr.block_ids), nr.num_computed_tokens)
+        prompt = list(nr.prompt_token_ids)
+        self.requests[nr.req_id] = WorkerRequestState(prompt, len(prompt), list(nr.block_ids),
+                                                      nr.num_computed_tokens)
     c = so.scheduled_cached_reqs
     for i, rid in enumerate(c.req_ids):
         state = self.requests[rid]
@@ -91,7 +97,8 @@ def execute_model(self: FakeWorker, so: SchedulerOutput) -> ModelRunnerOutput:
         state = self.requests[rid]
         state.num_computed_tokens += n
         done = state.num_computed_tokens >= len(state.token_ids)
-        samples[rid] = [self.sample(rid, len(state.token_ids) - state.num_prompt_tokens)] if done else []
+        k = len(state.token_ids) - state.num_prompt_tokens            # outputs so far
+        samples[rid] = [self.sample(rid, k)] if done else []
         state.token_ids.extend(samples[rid])
     return ModelRunnerOutput.from_samples(samples)
 
@@ -104,38 +111,46 @@ def _new_blocks(e: ScheduledEntry, block_size: int) -> int:
     return len(e.new_block_ids) - e.num_computed_tokens // block_size
 
 def step_log(scheduler: Scheduler, scheduler_output: SchedulerOutput, step: int) -> str:
-    "Seed 004's per-step debug record, computed right after `schedule()`."
+    "The token-budget article's per-step debug record, computed right after `schedule()`."
     so = scheduler_output
-    lines = [f"step={step} token_budget={scheduler.max_num_scheduled_tokens} scheduled={so.total_num_scheduled_tokens}"]
+    lines = [f"step={step} token_budget={scheduler.max_num_scheduled_tokens} "
+             f"scheduled={so.total_num_scheduled_tokens}"]
     for e in scheduled_entries(so):
         debt = scheduler.requests[e.req_id].num_tokens_with_spec - e.num_computed_tokens
-        lines.append(f"req={e.req_id} state={_STATE[e.kind]} debt={debt} grant={e.num_scheduled_tokens} "
-                     f"new_blocks={_new_blocks(e, scheduler.block_size)}")
+        new_blocks = _new_blocks(e, scheduler.block_size)
+        lines.append(f"req={e.req_id} state={_STATE[e.kind]} debt={debt} "
+                     f"grant={e.num_scheduled_tokens} new_blocks={new_blocks}")
     lines.append(f"waiting={len(scheduler.waiting)} running={len(scheduler.running)} "
-                 f"preempted={len(so.preempted_req_ids)} kv_usage={scheduler.kv_cache_manager.usage:.2f}")
+                 f"preempted={len(so.preempted_req_ids)} "
+                 f"kv_usage={scheduler.kv_cache_manager.usage:.2f}")
     return "\n".join(lines)
 
 # %% ../nbs/05_testing.ipynb #c7b62f20
 def _check_step(s: Scheduler, so: SchedulerOutput) -> None:
     "Invariants of one step's decisions (call right after `schedule()`)."
     grants = so.num_scheduled_tokens
-    assert so.total_num_scheduled_tokens == sum(grants.values()) <= s.max_num_scheduled_tokens, "token budget exceeded"
+    assert so.total_num_scheduled_tokens == sum(grants.values()) <= s.max_num_scheduled_tokens, \
+        "token budget exceeded"
     assert all(n > 0 for n in grants.values()), f"non-positive grant: {grants}"
     assert len(s.running) <= s.max_num_running_reqs, "more running requests than max_num_seqs"
     entries = scheduled_entries(so)
-    if so.preempted_req_ids: assert all(e.kind == "running" for e in entries), "admitted in a step that preempted"
+    if so.preempted_req_ids:
+        assert all(e.kind == "running" for e in entries), "admitted in a step that preempted"
     for e in entries:
         r = s.requests[e.req_id]
-        assert e.num_computed_tokens + e.num_scheduled_tokens == r.num_computed_tokens, f"{e.req_id}: snapshot"
+        assert e.num_computed_tokens + e.num_scheduled_tokens == r.num_computed_tokens, \
+            f"{e.req_id}: snapshot"
         assert r.num_computed_tokens <= r.num_tokens, f"{e.req_id}: computed beyond its tokens"
         if e.kind != "running":
-            assert e.num_computed_tokens % s.block_size == 0 and e.num_computed_tokens < r.num_tokens, \
-                f"{e.req_id}: prefix hit {e.num_computed_tokens} not block-aligned or not below num_tokens"
+            hit = e.num_computed_tokens
+            assert hit % s.block_size == 0 and hit < r.num_tokens, \
+                f"{e.req_id}: prefix hit {hit} not block-aligned or not below num_tokens"
 
 def _check_queues(s: Scheduler) -> None:
     "Statuses match queues; every unfinished request is in exactly one queue."
-    assert all(r.status == RequestStatus.RUNNING for r in s.running), "non-RUNNING request in running"
-    assert all(r.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED) for r in s.waiting), "bad waiting status"
+    assert all(r.status == RequestStatus.RUNNING for r in s.running), "non-RUNNING in running"
+    waiting_ok = (RequestStatus.WAITING, RequestStatus.PREEMPTED)
+    assert all(r.status in waiting_ok for r in s.waiting), "bad waiting status"
     ids = [r.request_id for r in s.running] + [r.request_id for r in s.waiting]
     assert len(ids) == len(set(ids)) and set(ids) == set(s.requests), "queues and requests disagree"
 
@@ -149,87 +164,101 @@ def _check_blocks(s: Scheduler) -> None:
     free_ids = {b.block_id for b in pool.free_block_queue.get_all_free_blocks()}
     assert len(free_ids) == pool.get_num_free_blocks(), "free queue length != num_free_blocks"
     for b in pool.blocks[1:]:
-        assert b.ref_cnt == len(holders.get(b.block_id, [])), f"block {b.block_id}: ref_cnt != holders"
-        assert (b.ref_cnt == 0) == (b.block_id in free_ids), f"block {b.block_id}: ref_cnt 0 <=> free broken"
-        if len(holders.get(b.block_id, [])) > 1: assert b.block_hash is not None, f"block {b.block_id}: shared, unhashed"
-    in_map = {b.block_id for h, b in pool.cached_block_hash_to_block.iter_blocks() if b.block_hash == h}
+        held_by = holders.get(b.block_id, [])
+        assert b.ref_cnt == len(held_by), f"block {b.block_id}: ref_cnt != holders"
+        is_free = b.block_id in free_ids
+        assert (b.ref_cnt == 0) == is_free, f"block {b.block_id}: ref_cnt 0 <=> free broken"
+        if len(held_by) > 1:
+            assert b.block_hash is not None, f"block {b.block_id}: shared, unhashed"
+    index = list(pool.cached_block_hash_to_block.iter_blocks())
+    in_map = {b.block_id for h, b in index if b.block_hash == h}
     hashed = {b.block_id for b in pool.blocks if b.block_hash is not None}
-    assert in_map == hashed and sum(1 for _ in pool.cached_block_hash_to_block.iter_blocks()) == len(hashed), \
-        "cached <=> hashed <=> in the hash map broken"
+    assert in_map == hashed and len(index) == len(hashed), "cached <=> hashed <=> in the hash map"
     assert abs(kv.usage - (1 - len(free_ids) / (pool.num_gpu_blocks - 1))) < 1e-9, "usage formula"
-    for r in s.waiting: assert r.request_id not in kv.req_to_blocks, f"waiting {r.request_id} holds blocks"
+    for r in s.waiting:
+        assert r.request_id not in kv.req_to_blocks, f"waiting {r.request_id} holds blocks"
 
 def _check_requests(s: Scheduler) -> None:
-    "Block hashes follow tokens; computed positions are backed by blocks holding exactly those tokens."
+    "Block hashes follow tokens; computed positions are backed by blocks holding exactly them."
     kv = s.kv_cache_manager
     for r in s.running:
-        blocks = kv.req_to_blocks.get(r.request_id, [])
-        assert len(blocks) * s.block_size >= r.num_computed_tokens, f"{r.request_id}: computed tokens without slots"
+        rid, blocks = r.request_id, kv.req_to_blocks.get(r.request_id, [])
+        assert len(blocks) * s.block_size >= r.num_computed_tokens, f"{rid}: computed without slots"
         if not s.cache_config.enable_prefix_caching: continue
-        assert len(r.block_hashes) == r.num_tokens // s.block_size, f"{r.request_id}: block_hashes out of date"
+        assert len(r.block_hashes) == r.num_tokens // s.block_size, f"{rid}: stale block_hashes"
         for i in range(r.num_computed_tokens // s.block_size):
-            assert blocks[i].block_hash == r.block_hashes[i], f"{r.request_id}: block {i} holds other tokens"
+            assert blocks[i].block_hash == r.block_hashes[i], f"{rid}: block {i} holds other tokens"
 
 def _check_worker(s: Scheduler, worker: FakeWorker) -> None:
-    "The worker's block tables, built from outputs only, equal the scheduler's for every running request."
+    "The worker's block tables, built from outputs only, equal the scheduler's (running requests)."
     for r in s.running:
-        assert worker.requests[r.request_id].block_ids == s.kv_cache_manager.get_block_ids(r.request_id), \
+        ours = s.kv_cache_manager.get_block_ids(r.request_id)
+        assert worker.requests[r.request_id].block_ids == ours, \
             f"{r.request_id}: the worker's block table differs from the scheduler's"
 
 # %% ../nbs/05_testing.ipynb #e313f3b6
 def check_invariants(scheduler: Scheduler, scheduler_output: SchedulerOutput | None = None,
                      worker: FakeWorker | None = None) -> None:
-    "Assert seed 004's five invariants and VLLM_REFERENCE section 10 (see below for when to pass what)."
+    "Assert the five invariants and the bookkeeping rules (when to pass what: see below)."
     if scheduler_output is not None: _check_step(scheduler, scheduler_output)
     _check_queues(scheduler); _check_blocks(scheduler); _check_requests(scheduler)
     if worker is not None: _check_worker(scheduler, worker)
 
 # %% ../nbs/05_testing.ipynb #a6ac79fe
-ORACLE_DEFAULTS = dict(block_size=16, num_blocks=10000, max_num_batched_tokens=8192, max_num_seqs=128,
-                       max_model_len=8192, enable_prefix_caching=True, enable_chunked_prefill=True,
-                       long_prefill_token_threshold=0, policy="fcfs", eos_token_id=2,
-                       scheduler_reserve_full_isl=True, watermark=0.0, use_v2_model_runner=False)
+WORKLOAD_DEFAULTS = dict(
+    block_size=16, num_blocks=10000, max_num_batched_tokens=8192, max_num_seqs=128,
+    max_model_len=8192, enable_prefix_caching=True, enable_chunked_prefill=True,
+    long_prefill_token_threshold=0,
+    policy="fcfs", eos_token_id=2, scheduler_reserve_full_isl=True, watermark=0.0,
+    use_v2_model_runner=False)
 
 def scheduler_from_workload(workload: dict) -> Scheduler:
-    "A `Scheduler` configured like the oracle's for `workload`."
-    cfg = {**ORACLE_DEFAULTS, **workload.get("config", {})}
+    "A `Scheduler` configured like vLLM's was when `workload` was recorded."
+    cfg = {**WORKLOAD_DEFAULTS, **workload.get("config", {})}
     if cfg["scheduler_reserve_full_isl"] or cfg["watermark"] or cfg["use_v2_model_runner"]:
-        raise ValueError("minivllm replays classic V1 scheduling: set scheduler_reserve_full_isl=false, "
-                         "watermark=0 and use_v2_model_runner=false in the workload config")
+        raise ValueError("minivllm replays classic V1 scheduling: set scheduler_reserve_full_isl="
+                         "false, watermark=0 and use_v2_model_runner=false in the workload config")
     bs, nb = cfg["block_size"], cfg["num_blocks"]
     max_model_len = min(cfg["max_model_len"], (nb - 1) * bs)  # what the pool can hold (see above)
-    return Scheduler(SchedulerConfig(cfg["max_num_batched_tokens"], cfg["max_num_seqs"], max_model_len,
-                                     cfg["enable_chunked_prefill"], cfg["long_prefill_token_threshold"], cfg["policy"]),
-                     CacheConfig(bs, nb, cfg["enable_prefix_caching"]))
+    config = SchedulerConfig(cfg["max_num_batched_tokens"], cfg["max_num_seqs"], max_model_len,
+                             cfg["enable_chunked_prefill"], cfg["long_prefill_token_threshold"],
+                             cfg["policy"])
+    return Scheduler(config, CacheConfig(bs, nb, cfg["enable_prefix_caching"]))
 
 def request_from_workload(i: int, r: dict, eos_token_id: int) -> Request:
-    "Request number `i` of a workload, with the oracle's defaults (greedy, ignore_eos, 16 tokens)."
-    sp = SamplingParams(temperature=0.0, max_tokens=r.get("max_tokens", 16), min_tokens=r.get("min_tokens", 0),
-                        stop_token_ids=r.get("stop_token_ids") or None, ignore_eos=r.get("ignore_eos", True))
+    "Request number `i` of a workload, with the recordings' defaults (greedy, ignore_eos, 16)."
+    sp = SamplingParams(temperature=0.0, max_tokens=r.get("max_tokens", 16),
+                        min_tokens=r.get("min_tokens", 0),
+                        stop_token_ids=r.get("stop_token_ids") or None,
+                        ignore_eos=r.get("ignore_eos", True))
+    arrival_time = float(r.get("arrival_time", r.get("arrival_step", 0) * 1000.0 + i))
     return Request(str(r["id"]), list(r["prompt_token_ids"]), sp, eos_token_id=eos_token_id,
-                   arrival_time=float(r.get("arrival_time", r.get("arrival_step", 0) * 1000.0 + i)),
-                   priority=r.get("priority", 0))
+                   arrival_time=arrival_time, priority=r.get("priority", 0))
 
 def worker_from_workload(workload: dict) -> FakeWorker:
-    "A `FakeWorker` sampling with the oracle's rule for `workload`."
+    "A `FakeWorker` sampling with the recordings' rule for `workload`."
     sampler = {"base": 10000, "req_stride": 1000, **workload.get("sampler", {})}
     reqs = workload["requests"]
-    return FakeWorker(sampler["base"], sampler["req_stride"], {str(r["id"]): i for i, r in enumerate(reqs)},
-                      {str(r["id"]): r["output_token_ids"] for r in reqs if r.get("output_token_ids") is not None})
+    listed = {str(r["id"]): r["output_token_ids"] for r in reqs
+              if r.get("output_token_ids") is not None}
+    return FakeWorker(sampler["base"], sampler["req_stride"],
+                      {str(r["id"]): i for i, r in enumerate(reqs)}, listed)
 
 # %% ../nbs/05_testing.ipynb #4bfa1626
 def _kv_state(s: Scheduler) -> dict:
-    "Free blocks, usage and cached hashes, as the oracle records them."
+    "Free blocks, usage and cached hashes, as the golden traces record them."
     pool = s.kv_cache_manager.block_pool
-    return {"num_free_blocks": pool.get_num_free_blocks(), "usage": round(s.kv_cache_manager.usage, 6),
+    return {"num_free_blocks": pool.get_num_free_blocks(),
+            "usage": round(s.kv_cache_manager.usage, 6),
             "num_cached_block_hashes": len(pool.cached_block_hash_to_block)}
 
 def _queues(s: Scheduler) -> dict:
     "The waiting and running queues' ids, in order."
-    return {"waiting": [r.request_id for r in s.waiting], "running": [r.request_id for r in s.running]}
+    return {"waiting": [r.request_id for r in s.waiting],
+            "running": [r.request_id for r in s.running]}
 
 def _entry_record(s: Scheduler, e: ScheduledEntry) -> dict:
-    "One scheduled request, in the oracle's trace format."
+    "One scheduled request, in the golden traces' format."
     r = s.requests[e.req_id]
     rec = {"req_id": e.req_id, "num_scheduled_tokens": e.num_scheduled_tokens, "kind": e.kind,
            "in": "scheduled_new_reqs" if e.kind == "new" else "scheduled_cached_reqs",
@@ -241,28 +270,36 @@ def _entry_record(s: Scheduler, e: ScheduledEntry) -> dict:
             "block_ids": s.kv_cache_manager.get_block_ids(e.req_id)}
 
 def _schedule_record(s: Scheduler, so: SchedulerOutput, step: int, arrivals: list[str]) -> dict:
-    "The oracle's record of one `schedule()`."
+    "The golden traces' record of one `schedule()`."
     c = so.scheduled_cached_reqs
-    return {"step": step, "arrivals": arrivals, "total_num_scheduled_tokens": so.total_num_scheduled_tokens,
+    return {"step": step, "arrivals": arrivals,
+            "total_num_scheduled_tokens": so.total_num_scheduled_tokens,
             "num_scheduled_tokens": dict(so.num_scheduled_tokens),
             "scheduled": [_entry_record(s, e) for e in scheduled_entries(so)],
             "scheduled_new_req_ids": [nr.req_id for nr in so.scheduled_new_reqs],
-            "scheduled_cached_req_ids": list(c.req_ids), "resumed_req_ids": sorted(c.resumed_req_ids),
-            "preempted_req_ids": sorted(so.preempted_req_ids), "finished_req_ids": sorted(so.finished_req_ids),
+            "scheduled_cached_req_ids": list(c.req_ids),
+            "resumed_req_ids": sorted(c.resumed_req_ids),
+            "preempted_req_ids": sorted(so.preempted_req_ids),
+            "finished_req_ids": sorted(so.finished_req_ids),
             "kv_after_schedule": _kv_state(s), "queues_after_schedule": _queues(s)}
 
 # %% ../nbs/05_testing.ipynb #65e69f02
-def _update_record(s: Scheduler, rec: dict, mro: ModelRunnerOutput, eco, step: int, finish: dict) -> None:
+_STATS_KEYS = ("requests", "queries", "hits",
+               "preempted_requests", "preempted_queries", "preempted_hits")
+
+def _update_record(s: Scheduler, rec: dict, mro: ModelRunnerOutput, eco, step: int,
+                   finish: dict) -> None:
     "Add what `update_from_output` did to the step record."
     rec["sampled"] = {rid: t[0] for rid, t in zip(mro.req_ids, mro.sampled_token_ids) if t}
-    rec["finished_in_step"] = [{"req_id": o.request_id, "reason": o.finish_reason} for o in eco.outputs if o.finished]
+    rec["finished_in_step"] = [{"req_id": o.request_id, "reason": o.finish_reason}
+                               for o in eco.outputs if o.finished]
     for f in rec["finished_in_step"]: finish[f["req_id"]] = {"step": step, "reason": f["reason"]}
     p = eco.scheduler_stats.prefix_cache_stats if eco.scheduler_stats else None
-    rec["prefix_cache_stats"] = None if p is None else {k: getattr(p, k) for k in (
-        "requests", "queries", "hits", "preempted_requests", "preempted_queries", "preempted_hits")}
+    rec["prefix_cache_stats"] = None if p is None else {k: getattr(p, k) for k in _STATS_KEYS}
     rec["kv_after_update"], rec["queues_after_update"] = _kv_state(s), _queues(s)
 
-def _add_arrivals(s: Scheduler, workload: dict, pending: list[int], step: int, eos: int) -> list[str]:
+def _add_arrivals(s: Scheduler, workload: dict, pending: list[int], step: int,
+                  eos: int) -> list[str]:
     "Add the requests arriving by `step` (list order); returns their ids."
     reqs, arrivals = workload["requests"], []
     while pending and reqs[pending[0]].get("arrival_step", 0) <= step:
@@ -272,13 +309,13 @@ def _add_arrivals(s: Scheduler, workload: dict, pending: list[int], step: int, e
 
 # %% ../nbs/05_testing.ipynb #5063af19
 def run_workload(workload: dict, check: bool = True, log: list[str] | None = None) -> dict:
-    "Replay an oracle workload through minivllm; the trace in the oracle's format (invariants checked if `check`)."
+    "Replay a workload through minivllm; its trace in the golden traces' format."
     s, w = scheduler_from_workload(workload), worker_from_workload(workload)
-    eos = {**ORACLE_DEFAULTS, **workload.get("config", {})}["eos_token_id"]
-    reqs = workload["requests"]
+    eos = {**WORKLOAD_DEFAULTS, **workload.get("config", {})}["eos_token_id"]
+    reqs, max_steps = workload["requests"], workload.get("max_steps", 10000)
     pending = sorted(range(len(reqs)), key=lambda i: (reqs[i].get("arrival_step", 0), i))
     steps, finish, first_admission = [], {}, {}
-    for step in range(workload.get("max_steps", 10000)):
+    for step in range(max_steps):
         arrivals = _add_arrivals(s, workload, pending, step, eos)
         if not s.has_requests():
             if not pending: break
@@ -288,21 +325,24 @@ def run_workload(workload: dict, check: bool = True, log: list[str] | None = Non
         if log is not None: log.append(step_log(s, so, step))
         rec = _schedule_record(s, so, step, arrivals)
         for e in rec["scheduled"]:
-            if e["kind"] != "running": first_admission.setdefault(e["req_id"], {"step": step, "prefix_hit_tokens": e["prefix_hit_tokens"]})
+            if e["kind"] == "running": continue
+            first_admission.setdefault(e["req_id"], {"step": step,
+                                                     "prefix_hit_tokens": e["prefix_hit_tokens"]})
         mro = w.execute_model(so)
         _update_record(s, rec, mro, s.update_from_output(so, mro), step, finish)
         if check: check_invariants(s, worker=w)
         steps.append(rec)
-    else: raise RuntimeError(f"workload did not finish in {workload.get('max_steps', 10000)} steps")
-    return {"steps": steps, "num_steps": len(steps),
-            "requests": {str(r["id"]): {"finish": finish.get(str(r["id"])),
-                                        "first_admission": first_admission.get(str(r["id"]))} for r in reqs}}
+    else: raise RuntimeError(f"workload did not finish in {max_steps} steps")
+    per_request = {rid: {"finish": finish.get(rid), "first_admission": first_admission.get(rid)}
+                   for rid in (str(r["id"]) for r in reqs)}
+    return {"steps": steps, "num_steps": len(steps), "requests": per_request}
 
 # %% ../nbs/05_testing.ipynb #e8594ca7
-_ENTRY_KEYS = ("req_id", "kind", "num_scheduled_tokens", "num_computed_tokens", "new_block_ids", "num_output_tokens",
-               "num_tokens", "num_computed_tokens_after", "block_ids")
-_STEP_KEYS = ("step", "idle", "arrivals", "preempted_req_ids", "resumed_req_ids", "finished_req_ids", "sampled",
-              "finished_in_step", "prefix_cache_stats", "queues_after_schedule", "queues_after_update")
+_ENTRY_KEYS = ("req_id", "kind", "num_scheduled_tokens", "num_computed_tokens", "new_block_ids",
+               "num_output_tokens", "num_tokens", "num_computed_tokens_after", "block_ids")
+_STEP_KEYS = ("step", "idle", "arrivals", "preempted_req_ids", "resumed_req_ids",
+              "finished_req_ids", "sampled", "finished_in_step", "prefix_cache_stats",
+              "queues_after_schedule", "queues_after_update")
 
 def decisions(trace: dict) -> list[dict]:
     "Per step, the decisions that must match vLLM's."
@@ -311,7 +351,8 @@ def decisions(trace: dict) -> list[dict]:
         d = {k: st.get(k) for k in _STEP_KEYS}
         d["num_scheduled_tokens"] = list(st.get("num_scheduled_tokens", {}).items())
         d["scheduled"] = [{k: e.get(k) for k in _ENTRY_KEYS} for e in st.get("scheduled", [])]
-        d["free_blocks"] = [st[k]["num_free_blocks"] for k in ("kv_after_schedule", "kv_after_update") if k in st]
+        d["free_blocks"] = [st[k]["num_free_blocks"]
+                            for k in ("kv_after_schedule", "kv_after_update") if k in st]
         out.append(d)
     return out
 
@@ -321,29 +362,32 @@ def diff_traces(ours: dict, theirs: dict) -> str | None:
     for x, y in zip(a, b):
         if x != y:
             keys = [k for k in x if x[k] != y.get(k)]
-            return f"step {x['step']}: " + "; ".join(f"{k}: minivllm {x[k]} != vLLM {y.get(k)}" for k in keys)
+            return f"step {x['step']}: " + "; ".join(f"{k}: minivllm {x[k]} != vLLM {y.get(k)}"
+                                                       for k in keys)
     if len(a) != len(b): return f"minivllm ran {len(a)} steps, vLLM {len(b)}"
     return None
 
 # %% ../nbs/05_testing.ipynb #1a518b76
 def e12_workload() -> dict:
-    "The workload that reproduces seed 004's step-12 log line for line."
+    "The workload that reproduces the token-budget article's step-12 log line for line."
     def prompt(start, n): return list(range(start, start + n))
     late = dict(arrival_step=11)
-    return {"name": "E12: seed 004's step log at step 12", "config": dict(
-                block_size=16, num_blocks=276, max_num_batched_tokens=4096, max_num_seqs=8, max_model_len=4096,
-                long_prefill_token_threshold=1537, scheduler_reserve_full_isl=False),
+    config = dict(block_size=16, num_blocks=276, max_num_batched_tokens=4096, max_num_seqs=8,
+                  max_model_len=4096, long_prefill_token_threshold=1537,
+                  scheduler_reserve_full_isl=False)
+    waiting = [dict(id=f"W{i}", prompt_token_ids=prompt(50_000 + 10_000 * i, 2000), max_tokens=1,
+                    **late) for i in range(1, 4)]
+    return {"name": "E12: the token-budget article's step log at step 12", "config": config,
             "requests": [dict(id="A", prompt_token_ids=prompt(1, 20), max_tokens=20),
                          dict(id="X", prompt_token_ids=prompt(20_000, 1537), max_tokens=1, **late),
                          dict(id="Y", prompt_token_ids=prompt(30_000, 1022), max_tokens=1, **late),
                          dict(id="B", prompt_token_ids=prompt(40_000, 3584), max_tokens=2, **late),
-                         *[dict(id=f"W{i}", prompt_token_ids=prompt(50_000 + 10_000 * i, 2000), max_tokens=1, **late)
-                           for i in range(1, 4)]],
+                         *waiting],
             "max_steps": 200}
 
 # %% ../nbs/05_testing.ipynb #999f6bd8
 def plot_grants(trace: dict, budget: int | None = None, title: str = "", ax=None):
-    "Stacked bars of tokens granted per step and request, preempted ids marked ✗; draws on `ax` if given."
+    "Stacked bars of tokens granted per step and request; preempted ids marked ✗ (`ax`: optional)."
     import matplotlib.pyplot as plt
     steps = [st for st in trace["steps"] if not st.get("idle")]
     ids = list(dict.fromkeys(rid for st in steps for rid in st["num_scheduled_tokens"]))
@@ -355,8 +399,9 @@ def plot_grants(trace: dict, budget: int | None = None, title: str = "", ax=None
         bottom = [b + x for b, x in zip(bottom, h)]
     for x, top, st in zip(xs, bottom, steps):
         if st.get("preempted_req_ids"):
-            ax.annotate("\u2717" + ",".join(st["preempted_req_ids"]), (x, top), xytext=(0, 2),  # ✗: preempted
-                        textcoords="offset points", ha="center", va="bottom", fontsize=8, color="red")
+            label = "\u2717" + ",".join(st["preempted_req_ids"])            # ✗: preempted
+            ax.annotate(label, (x, top), xytext=(0, 2), textcoords="offset points", ha="center",
+                        va="bottom", fontsize=8, color="red")
     if budget: ax.axhline(budget, color="black", lw=0.8, ls="--", label="token budget")
     ax.set_ylim(0, 1.12 * max([budget or 0, *bottom, 1]))
     ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
@@ -365,3 +410,494 @@ def plot_grants(trace: dict, budget: int | None = None, title: str = "", ax=None
     if fig is None: return ax
     fig.tight_layout(); plt.close(fig)
     return fig
+
+# %% ../nbs/05_testing.ipynb #7d2c9b41
+class ClassicFreeOrderBlockPool(BlockPool):
+    "A `BlockPool` with the classic (through 2025) free order: every freed block goes to the tail."
+    def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock]) -> None:
+        "Drop one reference from each block; blocks reaching 0 are appended to the free-queue tail."
+        blocks = list(ordered_blocks)
+        for block in blocks: block.ref_cnt -= 1
+        self.free_block_queue.append_n([b for b in blocks if b.ref_cnt == 0 and not b.is_null])
+
+# %% ../nbs/07_sampler.ipynb #77a1b0e1
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+class NoScalarReads(TorchDispatchMode):
+    "Raise on any read of a tensor element into Python (`.item()`, `bool(t)`, `int(t)`)."
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten._local_scalar_dense.default:
+            raise RuntimeError("a tensor value was read on the host: a device sync on a GPU")
+        return func(*args, **(kwargs or {}))
+
+# %% ../nbs/08_paged_attention.ipynb #6027550f
+def make_paged_batch(q_lens, ctx_lens, block_size=16, num_kv_heads=2, qpk=2, head_dim=64,
+                     dtype=None, device="cpu", share_prefix=0, pad=0, extra_blocks=3, seed=0):
+    "Random (query, key, value, kv_cache, AttentionMetadata) for these query and context lengths."
+    import torch
+    from minivllm.attention import AttentionMetadata
+    dtype = dtype or torch.float32
+    g = torch.Generator().manual_seed(seed)
+    seq_lens = [c + q for c, q in zip(ctx_lens, q_lens)]
+    nblk = [-(-s // block_size) for s in seq_lens]
+    num_blocks = sum(nblk) + extra_blocks
+    free = torch.randperm(num_blocks, generator=g).tolist()     # shuffled physical blocks
+    bt = torch.zeros(len(q_lens), max(nblk), dtype=torch.int32)
+    shared = free[:share_prefix]
+    for i, n in enumerate(nblk):
+        row = shared if share_prefix and ctx_lens[i] >= share_prefix * block_size else []
+        row = row + [free.pop() for _ in range(n - len(row))]
+        bt[i, :n] = torch.tensor(row, dtype=torch.int32)
+    kv_cache = torch.randn(num_blocks, 2, block_size, num_kv_heads, head_dim, generator=g).to(dtype)
+    pos = [p for c, s in zip(ctx_lens, seq_lens) for p in range(c, s)]
+    req = [i for i, q in enumerate(q_lens) for _ in range(q)]
+    slots = [int(bt[i, p // block_size]) * block_size + p % block_size for i, p in zip(req, pos)]
+    slots += [-1] * pad
+    n = len(slots)
+    query = torch.randn(n, num_kv_heads * qpk, head_dim, generator=g).to(dtype)
+    key, value = (torch.randn(n, num_kv_heads, head_dim, generator=g).to(dtype) for _ in range(2))
+    qsl = torch.tensor([0] + torch.tensor(q_lens).cumsum(0).tolist(), dtype=torch.int32)
+    md = AttentionMetadata(qsl.to(device), torch.tensor(seq_lens, dtype=torch.int32, device=device),
+                           bt.to(device), torch.tensor(slots, dtype=torch.int64, device=device),
+                           max(q_lens), max(seq_lens))
+    return query.to(device), key.to(device), value.to(device), kv_cache.to(device), md
+
+# %% ../nbs/09_model.ipynb #73516938
+TINY_CONFIG = dict(vocab_size=256, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                   num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                   max_position_embeddings=1024, initializer_range=0.2,
+                   bos_token_id=1, eos_token_id=2, pad_token_id=0)
+
+def make_tiny_model(path, arch="LlamaForCausalLM", seed=0, max_shard_size=None, **config_kwargs):
+    "Save a tiny random checkpoint of `arch` to `path`; `config_kwargs` override `TINY_CONFIG`."
+    from pathlib import Path
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config, Qwen3Config
+    config_cls = {"LlamaForCausalLM": LlamaConfig, "Qwen2ForCausalLM": Qwen2Config,
+                  "Qwen3ForCausalLM": Qwen3Config}[arch]
+    config = config_cls(**{**TINY_CONFIG, **config_kwargs})
+    config.architectures = [arch]
+    torch.manual_seed(seed)
+    hf = AutoModelForCausalLM.from_config(config)
+    with torch.no_grad():
+        for p in hf.parameters():
+            if p.ndim == 1: p.add_(0.2 * torch.randn_like(p))  # norm weights (1) and biases (0)
+    hf.save_pretrained(path, **({"max_shard_size": max_shard_size} if max_shard_size else {}))
+    return Path(path)
+
+# %% ../nbs/10_model_runner.ipynb #ae25bc9d
+import math
+import torch
+from torch import nn
+from fastcore.basics import patch
+from .attention import AttentionMetadata
+
+# %% ../nbs/10_model_runner.ipynb #8ac51c76
+class HistoryModel(nn.Module):
+    "A deterministic stand-in model: its next token hashes the request's whole paged history."
+    def __init__(self, vocab_size: int = 64):
+        super().__init__()
+        self.vocab_size, self.kv_caches = vocab_size, []
+
+    def kv_cache_spec(self): return (1, 1, 1, torch.float32)
+    def bind_kv_caches(self, kv_caches: list[torch.Tensor]): self.kv_caches = kv_caches
+
+    @staticmethod
+    def history_hash(token_ids: torch.Tensor) -> torch.Tensor:
+        "Running hash of a token sequence: entry i covers tokens 0..i."
+        pos = torch.arange(1, len(token_ids) + 1, device=token_ids.device)
+        return torch.cumsum((token_ids.long() + 1) * pos, 0)
+
+# %% ../nbs/10_model_runner.ipynb #250bb3f9
+@patch
+def forward(self: HistoryModel, input_ids: torch.Tensor, positions: torch.Tensor,
+            md: AttentionMetadata) -> torch.Tensor:
+    "Write the ids at their slots; return each token's history hash (mod vocab), `[num_tokens, 1]`."
+    cache = self.kv_caches[0]
+    block_size = cache.shape[2]
+    slots = md.slot_mapping[md.slot_mapping >= 0]
+    cache[slots // block_size, 0, slots % block_size, 0,
+          0] = input_ids[md.slot_mapping >= 0].to(cache.dtype)
+    hidden = torch.empty(len(input_ids), 1, dtype=torch.float32, device=input_ids.device)
+    qsl, seq_lens = md.query_start_loc.tolist(), md.seq_lens.tolist()
+    for i, seq_len in enumerate(seq_lens):
+        blocks = md.block_table[i, :math.ceil(seq_len / block_size)].long()
+        history = cache[blocks, 0, :, 0, 0].reshape(-1)[:seq_len]
+        n = qsl[i + 1] - qsl[i]
+        hidden[qsl[i]:qsl[i + 1],
+               0] = (self.history_hash(history)[seq_len - n:] % self.vocab_size).float()
+    return hidden
+
+@patch
+def compute_logits(self: HistoryModel, hidden: torch.Tensor) -> torch.Tensor:
+    "Logits peaked at `hash mod vocab_size`, smooth around it so sampling has something to choose."
+    target = hidden[:, :1]
+    angle = 2 * math.pi * (torch.arange(self.vocab_size,
+                                        device=hidden.device) - target) / self.vocab_size
+    return 4.0 * torch.cos(angle)
+
+@patch
+def greedy_reference(self: HistoryModel, prompt: list[int], num_tokens: int) -> list[int]:
+    "The tokens greedy decoding must produce for `prompt`, computed without any cache."
+    tokens = list(prompt)
+    for _ in range(num_tokens):
+        tokens.append(int(self.history_hash(torch.tensor(tokens))[-1] % self.vocab_size))
+    return tokens[len(prompt):]
+
+# %% ../nbs/12_timeline.ipynb #529cc541
+from .request import Request
+from .scheduler import Scheduler
+import minivllm.timeline as timeline_module
+
+# %% ../nbs/12_timeline.ipynb #bf6bdea0
+def run_with_recorder(scheduler: Scheduler, worker=None, recorder: TimelineRecorder | None = None,
+                      arrivals: dict[int, list[Request]] | None = None, max_steps: int = 10_000,
+                      check: bool = False) -> TimelineRecorder:
+    "Step `scheduler` with `worker` (default `FakeWorker()`) until every request is done."
+    worker = FakeWorker() if worker is None else worker
+    rec = timeline_module.TimelineRecorder() if recorder is None else recorder
+    if rec._pool is not scheduler.kv_cache_manager.block_pool: rec.start(scheduler)
+    pending = dict(arrivals or {})
+    for step in range(max_steps):
+        for r in pending.pop(step, []): scheduler.add_request(r)
+        if not scheduler.has_requests():
+            if not pending: return rec
+            rec.idle(); continue
+        so = scheduler.schedule()
+        if check: check_invariants(scheduler, so)
+        eco = scheduler.update_from_output(so, worker.execute_model(so))
+        rec(scheduler, so, eco)
+        if check: check_invariants(scheduler, worker=worker)
+    raise RuntimeError(f"requests left after {max_steps} steps")
+
+def workload_arrivals(workload: dict, eos_token_id: int | None = None) -> dict[int, list[Request]]:
+    "`{step: [Request, ...]}` of a workload (chapter 05's format), in list order within a step."
+    eos = {**WORKLOAD_DEFAULTS, **workload.get("config", {})}["eos_token_id"]
+    arrivals = {}
+    for i, r in enumerate(workload["requests"]):
+        req = request_from_workload(i, r, eos if eos_token_id is None else eos_token_id)
+        arrivals.setdefault(r.get("arrival_step", 0), []).append(req)
+    return arrivals
+
+def record_workload(workload: dict, snapshot_pool: bool = False, check: bool = True,
+                    recorder: TimelineRecorder | None = None) -> TimelineRecorder:
+    "Run a workload (chapter 05's format) on the model-free worker with a recorder attached."
+    rec = recorder or timeline_module.TimelineRecorder(snapshot_pool=snapshot_pool)
+    return run_with_recorder(scheduler_from_workload(workload), worker_from_workload(workload), rec,
+                             workload_arrivals(workload), workload.get("max_steps", 10_000), check)
+
+# %% ../nbs/14_worked_examples.ipynb #f448799b
+EXAMPLE_CONFIG = dict(max_num_batched_tokens=2048, num_blocks=64, block_size=4, max_num_seqs=128,
+                      enable_chunked_prefill=True, long_prefill_token_threshold=0, policy="fcfs",
+                      enable_prefix_caching=True, scheduler_reserve_full_isl=False)
+
+def example_request(rid: str, prompt: int | list[int], max_tokens: int = 4, arrival_step: int = 0,
+                    **kw) -> dict:
+    "One request of a worked example: a prompt (its ids, or its length) arriving at `arrival_step`."
+    return dict(id=rid, prompt_token_ids=prompt if isinstance(prompt, int) else list(prompt),
+                max_tokens=max_tokens, arrival_step=arrival_step, **kw)
+
+def example_workload(name: str, requests: list[dict], max_model_len: int | None = None,
+                     **config) -> dict:
+    "A worked example as a workload: chapter 14's defaults, fresh ids for prompts given by length."
+    cfg = {**EXAMPLE_CONFIG, **config}
+    cfg["max_model_len"] = max_model_len or min(64, (cfg["num_blocks"] - 1) * cfg["block_size"])
+    next_id, reqs = 20_000, []
+    for r in requests:
+        r = dict(r)
+        if isinstance(r["prompt_token_ids"], int):    # ids of its own: no accidental prefix hit
+            n = r["prompt_token_ids"]
+            r["prompt_token_ids"], next_id = list(range(next_id, next_id + n)), next_id + n
+        reqs.append(r)
+    return {"name": name, "config": cfg, "requests": reqs, "max_steps": 1000}
+
+# %% ../nbs/14_worked_examples.ipynb #509432d0
+def e1_workload() -> dict:
+    "E1: one 5-token prompt (ids 11-15), three outputs (the fake worker's are 500, 501, 502)."
+    return example_workload("E1", [example_request("r1", [11, 12, 13, 14, 15], 3,
+                                                   output_token_ids=[500, 501, 502])])
+
+# %% ../nbs/14_worked_examples.ipynb #9721e2b2
+def e3_workload(chunked: bool) -> dict:
+    "E3: budget 8; A (5 tokens), B (4), C (3) waiting; chunked prefill on or off."
+    reqs = [example_request(r, n, 1) for r, n in (("A", 5), ("B", 4), ("C", 3))]
+    return example_workload(f"E3 chunked prefill {'on' if chunked else 'off'}", reqs,
+                            max_model_len=64 if chunked else 8, max_num_batched_tokens=8,
+                            enable_chunked_prefill=chunked)
+
+# %% ../nbs/14_worked_examples.ipynb #99939037
+def e4_workload(hi: list[int] | None = None) -> dict:
+    "E4: budget 3; Request 1 decodes while Request 2 ('Hi!': the ids `hi`) and Request 3 arrive."
+    return example_workload("E4", [
+        example_request("Request 1", 3),
+        example_request("Request 2", list(hi) if hi else 2, arrival_step=1),
+        example_request("Request 3", 5, arrival_step=1)], max_num_batched_tokens=3)
+
+# %% ../nbs/14_worked_examples.ipynb #4fa3c9ea
+def e5_workload(full: bool = True) -> dict:
+    "E5: a decode, a prefill chunk and a new prefill in one step (`full=False`: small, for a CPU)."
+    a, b, c, budget, threshold = (99, 4096, 128, 512, 256) if full else (11, 256, 8, 64, 32)
+    return example_workload("E5" if full else "E5 (small)",
+                            [example_request("A", a, 6), example_request("B", b, 2, arrival_step=1),
+                             example_request("C", c, 6, arrival_step=2)],
+                            max_model_len=b + 104, max_num_batched_tokens=budget,
+                            long_prefill_token_threshold=threshold,
+                            num_blocks=300 if full else 80, block_size=16 if full else 4)
+
+# %% ../nbs/14_worked_examples.ipynb #00ccb2cd
+def e6_workload() -> dict:
+    "E6: budget 16; A and B decode, C (20 tokens) and D (a prefix hit of 8 on A's blocks) arrive."
+    prefix = [1, 2, 3, 4, 5, 6, 7, 8]
+    return example_workload("E6", [example_request("A", prefix + [100]), example_request("B", 5),
+                                   example_request("C", 20, 3, arrival_step=1),
+                                   example_request("D", prefix + [200, 201, 202, 203], 3,
+                                                   arrival_step=1)],
+                            max_num_batched_tokens=16)
+
+# %% ../nbs/14_worked_examples.ipynb #38edbdf4
+def e6_variant_workload() -> dict:
+    "E6's variant: 6 usable blocks, all taken at step 0; C's 9th token needs one more."
+    return example_workload("E6 variant", [example_request("A", 6, 8), example_request("B", 6, 8),
+                                           example_request("C", 8, 4),
+                                           example_request("D", 3, 2, arrival_step=1)],
+                            max_model_len=24, max_num_batched_tokens=32, num_blocks=7)
+
+# %% ../nbs/14_worked_examples.ipynb #b8b08274
+def e7_workload() -> dict:
+    "E7: Q (3000 tokens) arrives after P has left its first 2048 tokens in the prefix cache."
+    shared = list(range(20_000, 22_048))
+    return example_workload("E7", [example_request("P", shared + list(range(30_000, 30_052)), 1),
+                                   example_request("Q", shared + list(range(40_000, 40_952)), 2,
+                                                   arrival_step=1)],
+                            max_model_len=4096, max_num_batched_tokens=4096, num_blocks=260,
+                            block_size=16)
+
+# %% ../nbs/14_worked_examples.ipynb #165245b4
+def e8_workload() -> dict:
+    "E8: the prefix-caching design doc's story, 10 usable blocks of 4 tokens."
+    return example_workload("E8", [
+        example_request("Req0", range(100, 115), 3),
+        example_request("Req1", list(range(100, 110)) + [200, 201, 202, 203], 2, arrival_step=2),
+        example_request("Req2", list(range(100, 112)) + list(range(300, 321)), 2, arrival_step=4)],
+        max_model_len=40, max_num_batched_tokens=64, num_blocks=11)
+
+# %% ../nbs/14_worked_examples.ipynb #aab66bb1
+def e9_workload(z_first: bool) -> dict:
+    "E9: X leaves 2 cached free blocks; then Y (a hit on them), or Z (evicting them) and then Y."
+    x = list(range(500, 509))
+    reqs = [example_request("X", x, 1)]
+    if z_first: reqs.append(example_request("Z", 19, 2, arrival_step=2))
+    reqs.append(example_request("Y", x[:8] + [900, 901, 902], 2, arrival_step=4 if z_first else 2))
+    return example_workload(f"E9 ({'b' if z_first else 'a'})", reqs, max_model_len=20,
+                            max_num_batched_tokens=32, num_blocks=6)
+
+# %% ../nbs/14_worked_examples.ipynb #6e1b6127
+def e10_workload() -> dict:
+    "E10, FCFS: A (8 tokens), B, C (6 each) fill 6 blocks; A's 9th token needs another."
+    return example_workload("E10 FCFS", [example_request("A", 8, 6), example_request("B", 6, 6),
+                                         example_request("C", 6, 6),
+                                         example_request("D", 3, 2, arrival_step=1)],
+                            max_model_len=24, max_num_batched_tokens=32, num_blocks=7)
+
+# %% ../nbs/14_worked_examples.ipynb #74860ef3
+def e10_priority_workload() -> dict:
+    "E10, priority: running [H (0), L (5), M (1)]; M needs a block, the victim is L."
+    return example_workload("E10 priority", [
+        example_request("H", 5, 8, priority=0, arrival_time=0.0),
+        example_request("L", 6, 8, priority=5, arrival_time=1.0),
+        example_request("M", 8, 8, arrival_step=1, priority=1, arrival_time=2.0)],
+        max_model_len=24, max_num_batched_tokens=32, num_blocks=7, policy="priority")
+
+# %% ../nbs/14_worked_examples.ipynb #8b252eef
+def e10_self_victim_workload() -> dict:
+    "E10, priority: running [H (0), X (9), Y (1)]; X needs a block and is its own victim."
+    return example_workload("E10 priority, victim itself", [
+        example_request("H", 6, 8, priority=0, arrival_time=0.0),
+        example_request("X", 3, 8, priority=9, arrival_time=1.0),
+        example_request("Y", 3, 8, arrival_step=2, priority=1, arrival_time=2.0)],
+        max_model_len=24, max_num_batched_tokens=32, num_blocks=8, max_num_seqs=8,
+        policy="priority")
+
+# %% ../nbs/14_worked_examples.ipynb #9d04fbff
+E11_SPEC = [("P1", 2, 0.0), ("P2", 0, 1.0), ("P3", 1, 2.0), ("P4", 0, 3.0), ("P5", 1, 0.5)]
+
+def e11_workload() -> dict:
+    "E11: five 3-token requests with (priority, arrival_time), one at a time."
+    return example_workload("E11", [example_request(r, 3, 2, priority=p, arrival_time=t)
+                                    for r, p, t in E11_SPEC],
+                            max_num_batched_tokens=16, policy="priority", max_num_seqs=1)
+
+# %% ../nbs/14_worked_examples.ipynb #2ec740b3
+def e12_small_workload() -> dict:
+    "E12's workload at a thirty-second of the size (block size 4), for the real engine on a CPU."
+    late = dict(arrival_step=11)
+    return example_workload("E12 (1/32)", [
+        example_request("A", 20, 20), example_request("X", 48, 1, **late),
+        example_request("Y", 32, 1, **late), example_request("B", 112, 2, **late),
+        *[example_request(f"W{i}", 62, 1, **late) for i in range(1, 4)]],
+        max_model_len=128, max_num_batched_tokens=128, long_prefill_token_threshold=48,
+        max_num_seqs=8, num_blocks=35, block_size=4)
+
+# %% ../nbs/14_worked_examples.ipynb #b9120d54
+class HoldsTap:
+    "Step observer: per step, the output's totals and whether scheduler and worker hold each id."
+    def __init__(self, worker, req_ids: list[str]):
+        self.worker, self.req_ids, self.steps = worker, req_ids, []
+
+    def __call__(self, scheduler, so, eco):
+        held = getattr(self.worker, "requests", {})
+        self.steps.append(dict(step=len(self.steps), scheduled=so.total_num_scheduled_tokens,
+                               finished_req_ids=sorted(so.finished_req_ids),
+                               scheduler={r: r in scheduler.requests for r in self.req_ids},
+                               worker={r: r in held for r in self.req_ids}))
+
+def plot_cleanup(steps: list[dict], req_id: str, title: str, label: str):
+    "E14's figure: per step, who holds `req_id` (scheduler, worker) and what the output carries."
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+    fig, ax = plt.subplots(figsize=(1.9 + 1.5 * len(steps), 2.6))
+    for x, st in enumerate(steps):
+        for y, side in ((1, "scheduler"), (0, "worker")):
+            held = st[side][req_id]
+            ax.add_patch(Rectangle((x + 0.05, y + 0.1), 0.9, 0.8, edgecolor="black",
+                                   facecolor="#93c47d" if held else "#eeeeee"))
+            ax.text(x + 0.5, y + 0.5, "holds" if held else "-", ha="center", va="center",
+                    fontsize=8)
+        fin = ", ".join(st["finished_req_ids"]) or "-"
+        ax.text(x + 0.5, 2.25, f"step {st['step']}\nscheduled {st['scheduled']}\nfinished_req_ids "
+                f"{fin}", ha="center", va="center", fontsize=7,
+                color="red" if st["scheduled"] == 0 else "black")
+    ax.set_yticks([0.5, 1.5]); ax.set_yticklabels([f"worker holds {req_id}",
+                                                   f"scheduler holds {req_id}"], fontsize=8)
+    ax.set_xlim(0, len(steps)); ax.set_ylim(0, 2.8); ax.set_xticks([])
+    for side in ("top", "right", "bottom"): ax.spines[side].set_visible(False)
+    ax.set_title(f"{title}\n({label})", fontsize=10)
+    fig.tight_layout(); plt.close(fig)
+    return fig
+
+# %% ../nbs/14_worked_examples.ipynb #971064b3
+from pathlib import Path
+from .timeline import TimelineRecorder, device_label, plot_timeline
+
+def worked_example_workloads(full: bool = True, hi: list[int] | None = None) -> dict[str, dict]:
+    "The scheduling examples E1, E3-E6, E8-E12 (E14 is E1's last step) as workloads, by name."
+    workloads = [e1_workload(), e3_workload(True), e3_workload(False), e4_workload(hi),
+                 e5_workload(full), e6_workload(), e6_variant_workload(), e8_workload(),
+                 e9_workload(False), e9_workload(True), e10_workload(), e10_priority_workload(),
+                 e10_self_victim_workload(), e11_workload(),
+                 {**e12_workload(), "name": "E12"} if full else e12_small_workload()]
+    return {w["name"]: w for w in workloads}
+
+def fit_to_vocab(workload: dict, vocab_size: int) -> dict:
+    "The workload with prompt ids renumbered into `range(vocab_size)`: equal ids stay equal."
+    ids = sorted({t for r in workload["requests"] for t in r["prompt_token_ids"]})
+    if not ids or ids[-1] < vocab_size: return workload
+    if len(ids) > vocab_size: raise ValueError(f"{len(ids)} distinct ids do not fit {vocab_size}")
+    new = {t: i for i, t in enumerate(ids)}
+    reqs = [{**r, "prompt_token_ids": [new[t] for t in r["prompt_token_ids"]]}
+            for r in workload["requests"]]
+    return {**workload, "requests": reqs}
+
+# %% ../nbs/14_worked_examples.ipynb #fa802f23
+_SCHEDULE_KEYS = ("step", "token_budget", "total_scheduled", "num_waiting", "num_running",
+                  "num_waiting_after", "num_running_after", "preempted_req_ids", "finished_req_ids",
+                  "kv_usage", "kv_usage_after", "num_free_blocks", "num_cached_free_blocks",
+                  "num_cached_blocks", "num_evicted_blocks")
+
+def schedule_of(recorder: TimelineRecorder) -> list[dict]:
+    "What a recorder saw, step by step: every decision and count, but not the token values."
+    def row(q): return (q.req_id, q.state, q.kind, q.debt, q.grant, q.num_computed_before,
+                        q.num_tokens, q.num_prompt_tokens, q.new_block_ids, q.block_ids,
+                        q.prefix_hit_tokens, len(q.new_token_ids), q.preempted, q.finish_reason)
+    return [dict({k: getattr(r, k) for k in _SCHEDULE_KEYS}, requests=[row(q) for q in r.requests])
+            for r in recorder]
+
+def schedule_difference(a: TimelineRecorder, b: TimelineRecorder) -> str | None:
+    "None when two recorders saw the same schedule, else the first difference."
+    sa, sb = schedule_of(a), schedule_of(b)
+    for x, y in zip(sa, sb):
+        if x != y:
+            return f"step {x['step']}: " + "; ".join(f"{k}: {x[k]} != {y[k]}" for k in x
+                                                     if x[k] != y[k])
+    return None if len(sa) == len(sb) else f"{len(sa)} steps != {len(sb)} steps"
+
+# %% ../nbs/14_worked_examples.ipynb #7bd7f8a0
+def _capacity(scheduler: Scheduler) -> dict:
+    "What a scheduler can ask of a model runner."
+    sc, cc = scheduler.scheduler_config, scheduler.cache_config
+    return dict(block_size=cc.block_size, num_gpu_blocks=cc.num_gpu_blocks,
+                max_num_seqs=sc.max_num_seqs, max_model_len=sc.max_model_len,
+                max_num_batched_tokens=sc.max_num_batched_tokens)
+
+def replay_on_engine(workload: dict, llm, check: bool = True, observers=()) -> TimelineRecorder:
+    "Run `workload` on `llm`'s model runner, scheduled as the workload says; returns the timeline."
+    from minivllm.engine import EngineCore
+    core, scheduler = llm.engine_core, scheduler_from_workload(workload)
+    if core.scheduler.has_unfinished_requests():
+        raise ValueError("the LLM is busy: its model runner must be idle")
+    while core.scheduler.has_requests(): core.step()  # tell the runner of the last finishes (E14)
+    have, want = _capacity(core.scheduler), _capacity(scheduler)
+    if have["block_size"] != want["block_size"]:
+        raise ValueError(f"the workload has block_size {want['block_size']}: build the LLM with it")
+    for k in have:
+        if want[k] > have[k]: raise ValueError(f"the workload needs {k}={want[k]}: build the LLM "
+                                               f"with {k} >= {want[k]} (it has {have[k]})")
+    vocab = llm.model.config.vocab_size
+    if max(t for r in workload["requests"] for t in r["prompt_token_ids"]) >= vocab:
+        raise ValueError(f"prompt ids beyond the vocabulary ({vocab}): use fit_to_vocab(workload)")
+    rec = TimelineRecorder(device=device_label(llm.device, llm.model_path.name))
+    engine = EngineCore(scheduler, core.model_executor, [rec, *observers])
+    rec.start(scheduler)
+    pending = workload_arrivals(workload, llm.eos_token_id)
+    for step in range(workload.get("max_steps", 10_000)):
+        for r in pending.pop(step, []): engine.add_request(r)
+        if not scheduler.has_requests():
+            if not pending: return rec
+            rec.idle(); continue
+        engine.step()
+        if check: check_invariants(scheduler)
+    raise RuntimeError(f"requests left after {workload.get('max_steps', 10_000)} steps")
+
+# %% ../nbs/14_worked_examples.ipynb #92b3fd0c
+def llms_for(workloads, **llm_kwargs) -> dict:
+    "One `LLM` per block size, its runner large enough for every workload of that block size."
+    from minivllm.engine import LLM
+    need = {}
+    for w in workloads:
+        c = _capacity(scheduler_from_workload(w))
+        n = need.setdefault(c["block_size"], dict.fromkeys(c, 0))
+        for k, v in c.items(): n[k] = max(n[k], v)
+    return {bs: LLM(block_size=bs, num_gpu_blocks=n["num_gpu_blocks"],
+                    max_num_seqs=n["max_num_seqs"], max_model_len=n["max_model_len"],
+                    max_num_batched_tokens=n["max_num_batched_tokens"], **llm_kwargs)
+            for bs, n in need.items()}
+
+def worked_examples_on_engine(device: str = "auto", full: bool | None = None,
+                              llms: dict | None = None, figures_dir: str | Path | None = None,
+                              **llm_kwargs) -> dict[str, dict]:
+    "Each scheduling example on the model-free worker and through `LLM`: the same schedule?"
+    import time
+    from minivllm.engine import resolve_device
+    if llms is None:
+        dev = resolve_device(device)
+        full = dev.type == "cuda" if full is None else full
+        llms = llms_for(worked_example_workloads(full).values(), device=dev, **llm_kwargs)
+    full = next(iter(llms.values())).device.type == "cuda" if full is None else full
+    tokenizer = next(iter(llms.values())).get_tokenizer()
+    results = {}
+    for name, wl in worked_example_workloads(full, tokenizer.encode("Hi!") if tokenizer else None
+                                             ).items():
+        llm = llms[wl["config"]["block_size"]]
+        wl = fit_to_vocab(wl, llm.model.config.vocab_size)
+        t0 = time.perf_counter()
+        fake, real = record_workload(wl), replay_on_engine(wl, llm)
+        diff = schedule_difference(fake, real)
+        results[name] = dict(equal=diff is None, difference=diff, steps=len(real),
+                             seconds=round(time.perf_counter() - t0, 2), fake=fake, real=real)
+        if figures_dir is not None:
+            Path(figures_dir).mkdir(parents=True, exist_ok=True)
+            fig = plot_timeline(real, title=f"{name} on the real engine")
+            fig.savefig(Path(figures_dir) / f"{name.replace(' ', '_').replace('/', '-')}.png",
+                        dpi=80, bbox_inches="tight")
+    return results

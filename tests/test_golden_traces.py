@@ -1,7 +1,7 @@
 """minivllm's scheduler makes the same decisions as vLLM 0.33's, step by step, on recorded workloads.
 
-Each `tests/golden/NAME.json` is a workload for the vLLM oracle (`../shared/oracle/`), and
-`NAME.trace.json` is what vLLM's real scheduler decided for it (recorded once; CI needs no vLLM).
+Each `tests/golden/NAME.json` is a workload, and `NAME.trace.json` is what vLLM 0.33's real
+scheduler decided for it, run on CPU (recorded once; CI needs no vLLM; see the Sources page).
 `run_workload` replays the workload through minivllm with the same fake sampler; every step must
 match: tokens per request in scheduling order, new/resumed/running, the `num_computed_tokens` sent,
 new block ids, block tables, preempted ids, finished ids and reasons, sampled tokens, the step's
@@ -54,7 +54,7 @@ def test_prefix_cache_stats_are_compared():
 
 
 def test_known_difference_priority_self_preemption():
-    "vLLM 0.33 keeps scanning after a priority-policy request preempts itself; minivllm stops (seed 003)."
+    "vLLM 0.33 keeps scanning after a priority-policy request preempts itself; minivllm stops (the scheduling-rules article)."
     workload, ref = load(GOLDEN / "known_differences" / "priority_self_preemption.json")
     ours = run_workload(workload)
     assert decisions(ours)[:3] == decisions(ref)[:3]
