@@ -237,11 +237,16 @@ def test_progress_bar_and_interrupted_loop(tiny_dirs, capsys):
 # ---------------------------------------------------------------- console command
 
 def test_cli_generate_and_bench(tiny_dirs, capsys, tmp_path):
-    import json, sys
+    import json, subprocess, sys
     from minivllm.cli import main
     main(["generate", "What is the capital of France?", "--max-tokens", "12", "--num-gpu-blocks", "64"])
     assert "Paris" in capsys.readouterr().out
-    assert not any(m in sys.modules for m in ("fastapi", "uvicorn", "zmq"))   # only `serve` imports them
+    # only `serve` imports the server stack: checked in a fresh interpreter (this one may have it)
+    probe = ("import sys; from minivllm.cli import main; "
+             "main(['generate', 'Hi', '--max-tokens', '2', '--num-gpu-blocks', '64']); "
+             "print(sorted(m for m in ('fastapi', 'uvicorn', 'zmq') if m in sys.modules))")
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert run.stdout.strip().endswith("[]"), run.stdout
     tiny = ["--model", str(tiny_dirs["LlamaForCausalLM"]), "--input-len", "8", "--output-len", "4"]
     main(["bench", "throughput", "--num-prompts", "3", "--output-json", str(tmp_path / "t.json"), *tiny])
     out = capsys.readouterr().out
