@@ -500,8 +500,8 @@ def plot_block_table(recorder: TimelineRecorder, req_id: str, step: int, title: 
                       r.num_computed_after, title, recorder.settings_label())
 
 # %% ../nbs/12_timeline.ipynb #e46764ff
-def step_batch_inputs(recorder: TimelineRecorder, step: int) -> tuple[list[str], BatchInputs]:
-    "Rows (request ids) and `prepare_inputs`' output for the scheduled requests of `step`."
+def step_batch_inputs(recorder: TimelineRecorder, step: int) -> tuple:
+    "Rows (request ids) and `prepare_inputs`' `BatchInputs` for the requests scheduled at `step`."
     from minivllm.input_batch import CachedRequestState, InputBatch, prepare_inputs
     rec = next(r for r in recorder if r.step == step)
     reqs = rec.scheduled
@@ -515,7 +515,7 @@ def step_batch_inputs(recorder: TimelineRecorder, step: int) -> tuple[list[str],
     return ib.req_ids, prepare_inputs(ib, np.array([r.grant for r in reqs]))
 
 # %% ../nbs/12_timeline.ipynb #66f1050b
-def plot_prepare_inputs(batch_inputs: BatchInputs, req_ids: list[str] | None = None,
+def plot_prepare_inputs(batch_inputs, req_ids: list[str] | None = None,
                         title: str = "prepare_inputs", recorder: TimelineRecorder | None = None,
                         max_tokens: int = 48, max_model_len: int | None = None):
     "Figure 5: one column per flattened token: request index, offset, position, input id, slot."
