@@ -7,13 +7,13 @@
    (`make llama-cpp` builds both), with the same number of threads.
 3. Where a step goes: torch.profiler over the single-stream decode and over a batched decode; the share of the wall
    time spent in matmuls (`aten::mm`/`addmm`), in attention (SDPA), in the other torch ops, and outside torch.
-4. `--compile`: the same single stream and batch with each decoder layer's dense parts under `torch.compile`,
-   compile time included and excluded.
+4. What `torch.compile` buys: the single stream again with `enforce_eager=True`, and the start-up time it costs
+   (the compile, or loading the compiled code from PyTorch's on-disk cache on later runs).
 
 Every figure is a ratio measured in the same run (the runs interleave engines, best of `--repeat`): on a shared
 machine absolute speeds mean little.
 
-    python bench/bench_cpu.py [--threads N] [--repeat 2] [--gguf PATH] [--compile] [--skip-batched]
+    python bench/bench_cpu.py [--threads N] [--repeat 2] [--gguf PATH] [--skip-batched]
 """
 import argparse
 import os
@@ -72,33 +72,30 @@ def llama_cpp_generate(lcpp, prompt, max_tokens):
     return out
 
 
+MATMULS = ("aten::mm", "aten::addmm", "aten::bmm", "mkldnn::_linear_pointwise")
+
+
 def step_shares(fn):
-    "Run `fn` under torch.profiler: shares of wall time in matmuls, attention, other torch ops, outside torch."
+    "Run `fn` under torch.profiler: shares of wall time in matmuls, compiled graphs, attention, other ops, Python."
     from torch.profiler import ProfilerActivity, profile
     t = time.perf_counter()
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         fn()
     wall = (time.perf_counter() - t) * 1e6
-    mm = attn = ops = 0.0
+    shares = dict.fromkeys(["matmul (oneDNN/MKL)", "compiled graphs", "attention", "other torch ops"], 0.0)
     for e in prof.key_averages():
-        if not e.key.startswith("aten::"): continue
-        ops += e.self_cpu_time_total
-        if e.key in ("aten::mm", "aten::addmm", "aten::bmm"): mm += e.self_cpu_time_total
-        elif "scaled_dot_product" in e.key or "flash_attention" in e.key: attn += e.self_cpu_time_total
+        if e.key.startswith("## Call CompiledFxGraph"): shares["compiled graphs"] += e.self_cpu_time_total
+        elif not e.key.startswith(("aten::", "mkldnn::")): continue
+        elif e.key in MATMULS: shares["matmul (oneDNN/MKL)"] += e.self_cpu_time_total
+        elif "scaled_dot_product" in e.key or "flash_attention" in e.key: shares["attention"] += e.self_cpu_time_total
+        else: shares["other torch ops"] += e.self_cpu_time_total
     # the profiler itself adds per-op overhead: shares are of the profiled run
-    return {"matmul": mm / wall, "attention": attn / wall, "other torch ops": (ops - mm - attn) / wall,
-            "outside torch ops": 1 - ops / wall}
+    shares = {k: v / wall for k, v in shares.items()}
+    return {**shares, "outside torch ops": 1 - sum(shares.values())}
 
 
 def fmt_shares(s):
     return ", ".join(f"{k} {v:.0%}" for k, v in s.items())
-
-
-def compile_dense_parts(llm):
-    "Put each decoder layer's MLP and o_proj under torch.compile (attention and the KV cache stay eager)."
-    for layer in llm.model.model.layers:
-        layer.mlp = torch.compile(layer.mlp, dynamic=True)
-        layer.self_attn.o_proj = torch.compile(layer.self_attn.o_proj, dynamic=True)
 
 
 def main():
@@ -107,12 +104,13 @@ def main():
     ap.add_argument("--repeat", type=int, default=2, help="runs per engine; the best one counts")
     ap.add_argument("--num-prompts", type=int, default=32)
     ap.add_argument("--gguf", type=Path, default=GGUF, help="f32 GGUF of the same weights for llama.cpp")
-    ap.add_argument("--compile", action="store_true", help="also try torch.compile on the dense layers")
     ap.add_argument("--skip-batched", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     path = default_model_path()
+    t0 = time.perf_counter()
     llm = LLM(path, num_gpu_blocks=1024)
+    t_start = time.perf_counter() - t0
     tok = llm.get_tokenizer()
     vocab, pad = llm.model.config.vocab_size, tok.pad_token_id
     print(f"SmolLM2-135M-Instruct, float32, {args.threads} threads, torch {torch.__version__}, "
@@ -160,25 +158,23 @@ def main():
     print(line, flush=True)
 
     # ---- 3. where a step goes
-    print("single-stream shares:", fmt_shares(step_shares(lambda: minivllm_generate(llm, [prompt], 32))))
+    print("single-stream shares, compiled:", fmt_shares(step_shares(lambda: minivllm_generate(llm, [prompt], 32))))
     batch = random_prompts(32, 16, 64, vocab, seed=7)
-    print("batched (32 prompts of 16-64, 16 tokens) shares:",
+    print("batched (32 prompts of 16-64, 16 tokens) shares, compiled:",
           fmt_shares(step_shares(lambda: minivllm_generate(llm, batch, 16))), flush=True)
 
-    # ---- 4. torch.compile
-    if args.compile:
-        t0 = time.perf_counter()
-        compile_dense_parts(llm)
-        minivllm_generate(llm, [prompt], 4)
-        minivllm_generate(llm, batch, 4)
-        t_compile = time.perf_counter() - t0
-        t_single_c, _ = best_of(args.repeat, lambda: minivllm_generate(llm, [prompt], 128))
-        print(f"torch.compile (MLP and o_proj of every layer): first calls {t_compile:.1f} s; single stream "
-              f"{128 / t_single_c:.1f} tok/s = {t_single / t_single_c:.2f}x eager; compile time is repaid after "
-              f"{t_compile / max(1e-9, t_single - t_single_c) * 128:.0f} tokens"
-              if t_single_c < t_single else
-              f"torch.compile: first calls {t_compile:.1f} s, single stream {128 / t_single_c:.1f} tok/s = "
-              f"{t_single / t_single_c:.2f}x eager: no gain")
+    # ---- 4. what torch.compile buys
+    t0 = time.perf_counter()
+    eager = LLM(path, num_gpu_blocks=1024, enforce_eager=True)
+    t_start_eager = time.perf_counter() - t0
+    minivllm_generate(eager, [prompt], 4)
+    t_eager, _ = best_of(args.repeat, lambda: minivllm_generate(eager, [prompt], 128))
+    saved = t_eager - t_single
+    print(f"torch.compile: single stream {128 / t_single:.1f} tok/s compiled, {128 / t_eager:.1f} eager "
+          f"({t_eager / t_single:.2f}x); start-up {t_start:.1f} s compiled, {t_start_eager:.1f} s eager: "
+          + (f"the extra start-up is repaid after {128 * (t_start - t_start_eager) / saved:.0f} tokens"
+             if saved > 0 else "no gain"))
+    print("single-stream shares, eager:", fmt_shares(step_shares(lambda: minivllm_generate(eager, [prompt], 32))))
 
 
 if __name__ == "__main__":

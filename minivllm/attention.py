@@ -8,10 +8,10 @@ __all__ = ['KERNEL_CONFIGS', 'MIN_DOT', 'SPLIT_KV_NUM_SEGMENTS', 'SPLIT_KV_MAX_P
            'paged_attention_ref', 'reshape_and_cache', 'KernelConfig', 'kernel_config', 'check_dot_shapes',
            'unified_attention', 'split_kv_decode_attention', 'triton_paged_attention', 'torch_paged_attention',
            'flat_kv_rows', 'reshape_and_cache_flat', 'TorchAttentionBackend', 'TritonAttentionBackend',
-           'get_attn_backend']
+           'get_attn_backend', 'ForwardContext', 'set_forward_context', 'get_forward_context']
 
 # %% ../nbs/08_paged_attention.ipynb #da941e75
-import contextlib, os
+import contextlib, os, threading
 from dataclasses import dataclass
 import numpy as np
 import torch
@@ -536,3 +536,27 @@ def get_attn_backend(name="auto", device=None):
         raise ValueError("the triton backend needs a CUDA device "
                          "(or TRITON_INTERPRET=1 set before import)")
     return ATTN_BACKENDS[name]()
+
+# %% ../nbs/08_paged_attention.ipynb #25721f34
+@dataclass
+class ForwardContext:
+    "What every layer's attention reads during one forward pass (vLLM's `ForwardContext`)."
+    attn_metadata: AttentionMetadata
+    attn_backend: object
+
+_forward_context = threading.local()     # per thread: two engines in two threads never mix
+
+@contextlib.contextmanager
+def set_forward_context(attn_metadata: AttentionMetadata, attn_backend):
+    "Publish the step's attention metadata and backend to every layer for one forward pass."
+    previous = getattr(_forward_context, "current", None)
+    _forward_context.current = ForwardContext(attn_metadata, attn_backend)
+    try: yield
+    finally: _forward_context.current = previous
+
+def get_forward_context() -> ForwardContext:
+    "The forward pass's context; `RuntimeError` outside `set_forward_context`."
+    ctx = getattr(_forward_context, "current", None)
+    if ctx is None:
+        raise RuntimeError("no forward context: run the model inside set_forward_context(...)")
+    return ctx

@@ -1,0 +1,62 @@
+"""The linear layers' products on a CPU: PyTorch's `F.linear` (MKL) against oneDNN and the compiled streamed loop.
+
+Weights shaped like SmolLM2-135M's 30 layers (qkv 960x576, o 576x576, gate_up 3072x576, down 576x1536, float32,
+about 425 MB, more than any cache), each multiplied by an input of M rows, for M from 1 (a decode of one request) to
+256 (a prefill chunk or a large decode batch). Prints milliseconds for all 120 products, the weight bytes read per
+second, and oneDNN's speed-up over `F.linear`, measured in the same run; with `--compile` also the one-row product
+written as `(weight * x).sum(-1)` under `torch.compile` (the branch `unquantized_gemm` takes inside a compiled graph),
+all in one compiled graph.
+
+    python bench/bench_gemm.py [--threads N] [--rows 1 2 4 8 32 256] [--compile]
+"""
+import argparse
+import time
+
+import torch
+import torch.nn.functional as F
+
+SHAPES = [(960, 576), (576, 576), (3072, 576), (576, 1536)]   # SmolLM2-135M: qkv, o, gate_up, down
+LAYERS = 30
+
+
+def best_ms(fn, repeat=5):
+    "Smallest wall time of `fn()` in milliseconds, after one warm-up call."
+    fn()
+    best = float("inf")
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best * 1e3
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=torch.get_num_threads(), help="default: torch's, every core")
+    ap.add_argument("--rows", type=int, nargs="+", default=[1, 2, 4, 8, 32, 256], help="must include 1")
+    ap.add_argument("--compile", action="store_true", help="also time the compiled one-row loop")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    weights = [torch.randn(shape) for _ in range(LAYERS) for shape in SHAPES]
+    gb = sum(w.numel() * w.element_size() for w in weights) / 1e9
+    onednn = torch.ops.mkldnn._linear_pointwise
+    print(f"{len(weights)} products over {gb * 1e3:.0f} MB of float32 weights, {args.threads} threads")
+    print(f"{'rows':>5} {'F.linear ms':>12} {'GB/s':>6} {'oneDNN ms':>10} {'GB/s':>6} {'speed-up':>9}")
+    for m in args.rows:
+        xs = {k: torch.randn(m, k) for k in {w.shape[1] for w in weights}}
+        t_mkl = best_ms(lambda: [F.linear(xs[w.shape[1]], w) for w in weights])
+        t_dnn = best_ms(lambda: [onednn(xs[w.shape[1]], w, None, "none", [], "") for w in weights])
+        if m == 1: t_mkl_1 = t_mkl
+        print(f"{m:>5} {t_mkl:>12.1f} {gb / t_mkl * 1e3:>6.1f} {t_dnn:>10.1f} {gb / t_dnn * 1e3:>6.1f} "
+              f"{t_mkl / t_dnn:>8.2f}x", flush=True)
+    if args.compile:   # all 120 one-row products in one compiled graph, as in the model's compiled decode
+        @torch.compile
+        def all_layers(x, y, ws):
+            return [(w * (y if w.shape[1] == y.shape[1] else x)).sum(-1) for w in ws]
+        x, y = torch.randn(1, 576), torch.randn(1, 1536)
+        t_gemv = best_ms(lambda: all_layers(x, y, weights))
+        print(f"    1 row, compiled (weight * x).sum(-1), one graph: {t_gemv:.1f} ms, "
+              f"{gb / t_gemv * 1e3:.1f} GB/s, {t_mkl_1 / t_gemv:.2f}x F.linear")
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,106 @@
+"""The CPU fast path: oneDNN products, the compiled decoder stack, and the engine that uses them by default.
+
+The equality tests against transformers (test_generate.py, test_model.py) already run through the compiled engine,
+since compiling is the CPU default; here: compiled equals eager on every step shape, two graphs serve every step
+(no recompilation), `enforce_eager=True` compiles nothing, and a failing compiler leaves a working eager model."""
+import random
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import minivllm.model as model_mod
+from minivllm.attention import get_attn_backend, make_attn_metadata
+from minivllm.engine import LLM
+from minivllm.model import (Linear, compile_and_warm_up, get_forward_context, load_model, make_kv_caches,
+                            set_forward_context, unquantized_gemm)
+from minivllm.request import SamplingParams
+from minivllm.testing import make_tiny_model
+
+ARCHS = ["LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"]
+
+
+@pytest.fixture(scope="module")
+def tiny_dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tiny_compile")
+    return {arch: make_tiny_model(root / arch, arch=arch, seed=10 + i) for i, arch in enumerate(ARCHS)}
+
+
+@pytest.mark.parametrize("rows", [1, 3, 64])
+@pytest.mark.parametrize("bias", [False, True])
+def test_unquantized_gemm_equals_linear_eager_and_compiled(rows, bias):
+    "oneDNN (eager), the streamed one-row loop and the oneDNN op (compiled) all compute `F.linear`."
+    g = torch.Generator().manual_seed(rows)
+    x, w = torch.randn(rows, 96, generator=g), torch.randn(80, 96, generator=g)
+    b = torch.randn(80, generator=g) if bias else None
+    want = F.linear(x, w, b)
+    torch.testing.assert_close(unquantized_gemm(x, w, b), want, rtol=1e-5, atol=1e-5)
+    compiled = torch.compile(unquantized_gemm, fullgraph=True)
+    torch.testing.assert_close(compiled(x, w, b), want, rtol=1e-5, atol=1e-5)
+
+
+def test_linear_keeps_nn_linear_parameters_and_other_dtypes():
+    layer = Linear(16, 8)
+    assert set(dict(layer.named_parameters())) == {"weight", "bias"}
+    x = torch.randn(2, 16, dtype=torch.float64)
+    torch.testing.assert_close(unquantized_gemm(x, layer.weight.double(), layer.bias.double()),
+                               F.linear(x, layer.weight.double(), layer.bias.double()))
+
+
+def test_attention_needs_a_forward_context(tiny_dirs):
+    model = load_model(tiny_dirs["LlamaForCausalLM"])
+    with pytest.raises(RuntimeError, match="no forward context"): get_forward_context()
+    attn = model.model.layers[0].self_attn
+    cos, sin = model.model.rotary_emb(torch.tensor([0]))
+    kv = make_kv_caches(*model.kv_cache_spec(), 2, 16)[0]
+    with pytest.raises(RuntimeError, match="no forward context"):
+        attn(torch.randn(1, model.config.hidden_size), cos, sin, kv)
+    _, md = make_attn_metadata([[1]], [0], [1], 16)
+    with torch.no_grad(), set_forward_context(md, get_attn_backend("torch")):
+        assert get_forward_context().attn_metadata is md
+        attn(torch.randn(1, model.config.hidden_size), cos, sin, kv)
+    with pytest.raises(RuntimeError): get_forward_context()        # reset after the pass
+
+
+def prompts(lengths, seed):
+    rng = random.Random(seed)
+    return [[rng.randrange(3, 256) for _ in range(n)] for n in lengths]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_compiled_engine_equals_eager_without_recompiling(tiny_dirs, arch):
+    """Greedy tokens of the default (compiled) engine equal enforce_eager's, for a batch and a single stream,
+    chunked prefills and prefix hits included, and the graphs compiled at start-up serve every step."""
+    d, greedy = tiny_dirs[arch], SamplingParams(temperature=0, max_tokens=12)
+    batch = prompts([5, 40, 17, 1, 33], seed=1) + [prompts([40], seed=1)[0][:20]]   # shares a prefix
+    single = prompts([9], seed=2)
+    eager = LLM(d, num_gpu_blocks=64, max_num_batched_tokens=32, enforce_eager=True)
+    compiled = LLM(d, num_gpu_blocks=64, max_num_batched_tokens=32)
+    assert "forward" not in vars(eager.model.model) and "forward" in vars(compiled.model.model)
+    with torch.compiler.set_stance("fail_on_recompile"):
+        got = [o.outputs[0].token_ids for o in compiled.generate(batch + single, greedy, use_tqdm=False)]
+        got_single = compiled.generate(single, greedy, use_tqdm=False)[0].outputs[0].token_ids
+    want = [o.outputs[0].token_ids for o in eager.generate(batch + single, greedy, use_tqdm=False)]
+    assert got == want
+    assert got_single == want[-1]
+
+
+def test_failed_compile_warns_and_runs_eagerly(tiny_dirs, monkeypatch):
+    "Without a working compiler (here: a torch.compile whose result raises) the model stays eager and correct."
+    model = load_model(tiny_dirs["LlamaForCausalLM"])
+    model.bind_kv_caches(make_kv_caches(*model.kv_cache_spec(), 4, 16))
+    with pytest.raises(RuntimeError, match="bind the KV caches"): compile_and_warm_up(load_model(
+        tiny_dirs["LlamaForCausalLM"]))
+
+    def broken_compile(fn, **kwargs):
+        def run(*args, **kw): raise OSError("no C++ compiler")
+        return run
+    monkeypatch.setattr(model_mod.torch, "compile", broken_compile)
+    with pytest.warns(UserWarning, match="torch.compile failed, running eagerly.*no C\\+\\+ compiler"):
+        assert compile_and_warm_up(model) is False
+    assert "forward" not in vars(model.model) and "compute_logits" not in vars(model)
+    positions, md = make_attn_metadata([[1]], [0], [3], 16)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert model(torch.tensor([5, 6, 7]), positions, md).shape == (3, model.config.hidden_size)
