@@ -477,7 +477,7 @@ class EngineArgs:
     long_prefill_token_threshold: int = _arg(0, "cap on one prompt's tokens per step (0: none)")
     scheduling_policy: str = _arg("fcfs", "fcfs or priority")
     attention_backend: str = _arg("auto", "auto, torch or triton")
-    enforce_eager: bool = _arg(False, "no torch.compile (CPU), no CUDA graphs (GPU)")
+    enforce_eager: bool = _arg(False, "no torch.compile (CPU, float32), no CUDA graphs (GPU)")
     seed: int = _arg(0, "seed of torch's default generator")
     num_threads: int | None = _arg(None, "torch CPU threads (default: every core)")
 
@@ -532,7 +532,8 @@ def build_engine_core(args: EngineArgs, eos_token_id: int | None = None) -> Engi
     runner = ModelRunner(model, args.max_num_seqs, max_model_len, batched, args.block_size,
                          device=device, eos_token_id=eos_token_id)
     runner.initialize_kv_cache(num_blocks, args.block_size)
-    if device.type == "cpu" and not args.enforce_eager: compile_and_warm_up(model)
+    float32 = model.kv_cache_spec()[3] == torch.float32
+    if device.type == "cpu" and float32 and not args.enforce_eager: compile_and_warm_up(model)
     if device.type == "cuda" and not args.enforce_eager:
         from minivllm.cuda_graphs import CUDAGraphWrapper   # CUDA only: CPU runs never import it
         runner.model = CUDAGraphWrapper(model, max_num_seqs=args.max_num_seqs, device=device,

@@ -104,3 +104,9 @@ def test_failed_compile_warns_and_runs_eagerly(tiny_dirs, monkeypatch):
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("error")
         assert model(torch.tensor([5, 6, 7]), positions, md).shape == (3, model.config.hidden_size)
+
+
+def test_only_float32_is_compiled_on_cpu(tiny_dirs):
+    "bfloat16 on a CPU runs eagerly (a compiled graph would keep float32 intermediates and change tokens)."
+    llm = LLM(tiny_dirs["LlamaForCausalLM"], dtype="bfloat16", num_gpu_blocks=16)
+    assert "forward" not in vars(llm.model.model) and "compute_logits" not in vars(llm.model)
