@@ -5,8 +5,10 @@
 2. Single stream: 128 greedy tokens after a 26-token chat prompt, tokens per second of the whole request, against
    llama.cpp (llama-cpp-python) on the same float32 weights when `llama_cpp` is importable and the f32 GGUF exists
    (`make llama-cpp` builds both), with the same number of threads.
-3. Where a step goes: torch.profiler over the single-stream decode and over a batched decode; the share of the wall
-   time spent in matmuls (`aten::mm`/`addmm`), in attention (SDPA), in the other torch ops, and outside torch.
+3. Where a step goes: the single stream's milliseconds per token in attention, the logits, the rest of the model and
+   the engine, timed around those calls; then torch.profiler over the single-stream decode and over a batched decode:
+   the share of the wall time in matmuls (oneDNN, `aten::mm`), compiled graphs, attention (SDPA), the other torch ops,
+   and outside torch.
 4. What `torch.compile` buys: the single stream again with `enforce_eager=True`, and the start-up time it costs
    (the compile, or loading the compiled code from PyTorch's on-disk cache on later runs).
 
@@ -94,6 +96,37 @@ def step_shares(fn):
     return {**shares, "outside torch ops": 1 - sum(shares.values())}
 
 
+def token_breakdown(llm, prompt, max_tokens=128):
+    "Wall ms per token of a single stream in attention, the logits, the rest of the model and the engine (no profiler)."
+    model, backend = llm.model, llm.model.attn_backend
+    spent = dict.fromkeys(["attention", "logits", "model forward"], 0.0)
+    def timed(name, fn):
+        def run(*args, **kwargs):
+            t = time.perf_counter()
+            try: return fn(*args, **kwargs)
+            finally: spent[name] += time.perf_counter() - t
+        return run
+    saved = {name: vars(obj).get(attr) for name, (obj, attr) in
+             {"f": (model, "forward"), "l": (model, "compute_logits"), "w": (backend, "write_kv"),
+              "a": (backend, "forward")}.items()}
+    model.forward, model.compute_logits = timed("model forward", model.forward), timed("logits", model.compute_logits)
+    backend.write_kv, backend.forward = timed("attention", backend.write_kv), timed("attention", backend.forward)
+    try:
+        t = time.perf_counter()
+        minivllm_generate(llm, [prompt], max_tokens)
+        total = time.perf_counter() - t
+    finally:                                   # back to the methods (or compiled functions) they were
+        for (obj, attr), old in zip([(model, "forward"), (model, "compute_logits"), (backend, "write_kv"),
+                                     (backend, "forward")], saved.values()):
+            if old is None: delattr(obj, attr)
+            else: setattr(obj, attr, old)
+    rest = spent["model forward"] - spent["attention"]
+    parts = {"attention (write + attend)": spent["attention"], "rest of the model": rest,
+             "logits": spent["logits"], "engine (outside the model)": total - spent["model forward"] - spent["logits"]}
+    per_token = lambda sec: sec / max_tokens * 1e3
+    return f"{per_token(total):.1f} ms per token: " + ", ".join(f"{k} {per_token(v):.1f} ms" for k, v in parts.items())
+
+
 def fmt_shares(s):
     return ", ".join(f"{k} {v:.0%}" for k, v in s.items())
 
@@ -158,6 +191,7 @@ def main():
     print(line, flush=True)
 
     # ---- 3. where a step goes
+    print("single stream, where a token goes:", token_breakdown(llm, prompt))
     print("single-stream shares, compiled:", fmt_shares(step_shares(lambda: minivllm_generate(llm, [prompt], 32))))
     batch = random_prompts(32, 16, 64, vocab, seed=7)
     print("batched (32 prompts of 16-64, 16 tokens) shares, compiled:",
