@@ -135,7 +135,7 @@ onednn_linear = register_op(   # `x @ weight.T + bias` by oneDNN, callable from 
     "onednn_linear", "(Tensor x, Tensor weight, Tensor? bias) -> Tensor", _onednn_linear,
     lambda x, weight, bias: x.new_empty(*x.shape[:-1], weight.shape[0]))
 
-# asked once (torch.compile cannot trace the call); the op is the one inductor itself uses for oneDNN
+# asked once (torch.compile cannot trace the call); inductor itself uses this oneDNN op
 ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
 def unquantized_gemm(x, weight, bias=None):
