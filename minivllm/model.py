@@ -485,9 +485,10 @@ def compile_and_warm_up(model: LlamaForCausalLM) -> bool:
     if not model.kv_caches: raise RuntimeError("bind the KV caches before compile_and_warm_up()")
     model.model.forward = torch.compile(model.model.forward)
     model.compute_logits = torch.compile(model.compute_logits)
+    graphs = {2: "steps of 2+ tokens", 1: "single-token steps"}     # rows -> what the graph serves
     try:
-        for n in tqdm((2, 1), desc="torch.compile (cached on disk for later runs)", disable=None):
-            _dummy_decode(model, n)
+        with tqdm(graphs.items(), desc="torch.compile (cached later)", disable=None) as bar:
+            for n, serves in bar: bar.set_postfix_str(serves); _dummy_decode(model, n)
     except Exception as e:          # inductor needs a C++ compiler, for one
         del model.model.forward, model.compute_logits           # back to the eager methods
         warnings.warn(f"torch.compile failed, running eagerly ({type(e).__name__}: "
