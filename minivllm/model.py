@@ -159,7 +159,7 @@ class LlamaMLP(nn.Module):
         super().__init__()
         h, i = config.hidden_size, config.intermediate_size
         bias = getattr(config, "mlp_bias", False)
-        self.gate_up_proj = Linear(h, 2 * i, bias)          # [gate; up] stacked: one matmul
+        self.gate_up_proj = Linear(h, 2 * i, bias)             # [gate; up] stacked: one matmul
         self.gate_up_proj.shard_offsets = {0: (0, i), 1: (i, i)}   # checkpoint shard -> (row, rows)
         self.down_proj = Linear(i, h, bias)
 
@@ -169,7 +169,7 @@ class LlamaMLP(nn.Module):
 
 # %% ../nbs/09_model.ipynb #7143a3f4
 def layer_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                      kv_cache: torch.Tensor, scale: float) -> torch.Tensor:
+                    kv_cache: torch.Tensor, scale: float) -> torch.Tensor:
     "One layer's attention: write its K/V into `kv_cache`, attend (vLLM's `unified_attention`)."
     ctx = get_forward_context()
     ctx.attn_backend.write_kv(key, value, kv_cache, ctx.attn_metadata.slot_mapping)
