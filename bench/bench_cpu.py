@@ -100,31 +100,29 @@ def token_breakdown(llm, prompt, max_tokens=128):
     "Wall ms per token of a single stream in attention, the logits, the rest of the model and the engine (no profiler)."
     model, backend = llm.model, llm.model.attn_backend
     spent = dict.fromkeys(["attention", "logits", "model forward"], 0.0)
-    def timed(name, fn):
+    wrapped = [(model, "forward", "model forward"), (model, "compute_logits", "logits"),
+               (backend, "write_kv", "attention"), (backend, "forward", "attention")]
+    def timed(fn, name):
         def run(*args, **kwargs):
             t = time.perf_counter()
             try: return fn(*args, **kwargs)
             finally: spent[name] += time.perf_counter() - t
         return run
-    saved = {name: vars(obj).get(attr) for name, (obj, attr) in
-             {"f": (model, "forward"), "l": (model, "compute_logits"), "w": (backend, "write_kv"),
-              "a": (backend, "forward")}.items()}
-    model.forward, model.compute_logits = timed("model forward", model.forward), timed("logits", model.compute_logits)
-    backend.write_kv, backend.forward = timed("attention", backend.write_kv), timed("attention", backend.forward)
+    own = [vars(obj).get(attr) for obj, attr, _ in wrapped]   # instance attributes (compiled functions)
+    for obj, attr, name in wrapped: setattr(obj, attr, timed(getattr(obj, attr), name))
     try:
         t = time.perf_counter()
         minivllm_generate(llm, [prompt], max_tokens)
         total = time.perf_counter() - t
-    finally:                                   # back to the methods (or compiled functions) they were
-        for (obj, attr), old in zip([(model, "forward"), (model, "compute_logits"), (backend, "write_kv"),
-                                     (backend, "forward")], saved.values()):
+    finally:                                   # back to the methods or compiled functions they were
+        for (obj, attr, _), old in zip(wrapped, own):
             if old is None: delattr(obj, attr)
             else: setattr(obj, attr, old)
-    rest = spent["model forward"] - spent["attention"]
-    parts = {"attention (write + attend)": spent["attention"], "rest of the model": rest,
-             "logits": spent["logits"], "engine (outside the model)": total - spent["model forward"] - spent["logits"]}
-    per_token = lambda sec: sec / max_tokens * 1e3
-    return f"{per_token(total):.1f} ms per token: " + ", ".join(f"{k} {per_token(v):.1f} ms" for k, v in parts.items())
+    parts = {"attention (write + attend)": spent["attention"],
+             "rest of the model": spent["model forward"] - spent["attention"], "logits": spent["logits"],
+             "engine (outside the model)": total - spent["model forward"] - spent["logits"]}
+    ms = lambda sec: sec / max_tokens * 1e3
+    return f"{ms(total):.1f} ms per token: " + ", ".join(f"{k} {ms(v):.1f} ms" for k, v in parts.items())
 
 
 def fmt_shares(s):
