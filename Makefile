@@ -6,7 +6,7 @@ PY := $(BIN)/python
 STAMP := $(VENV)/.installed
 export PYTHONHASHSEED := 0
 
-.PHONY: install test sync-check readme readme-check nbtest pytest docs docs-check lab demo serve clean
+.PHONY: install export test sync-check readme readme-check nbtest pytest docs docs-check lab demo serve clean
 
 install: $(STAMP)
 
@@ -19,15 +19,19 @@ $(STAMP): requirements.txt setup.py settings.ini
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
+## export: write minivllm/ from the notebooks (nbdev_export, each module written afresh: tools/export.py)
+export: install
+	$(PY) tools/export.py
+
 ## test: library in sync with the notebooks, notebooks clean, every notebook (executed once: the
 ## notebook tests and the site's outputs), tests/, then the docs site, checked in a browser
 test: install sync-check nbtest pytest docs-check
 
 sync-check: install
 	@tmp=$$(mktemp -d) && cp -r minivllm nbs $$tmp/ && \
-	$(BIN)/nbdev_export && $(BIN)/nbdev_clean && \
+	$(PY) tools/export.py && $(BIN)/nbdev_clean && \
 	if ! diff -r -q -x __pycache__ $$tmp/minivllm minivllm; then \
-	  echo "minivllm/ was out of sync with nbs/: run nbdev_export and commit"; exit 1; fi && \
+	  echo "minivllm/ was out of sync with nbs/: run make export and commit"; exit 1; fi && \
 	if ! diff -r -q -x _proc -x .ipynb_checkpoints $$tmp/nbs nbs; then \
 	  echo "notebooks were not clean: run nbdev_clean and commit"; exit 1; fi && \
 	if ! $(MAKE) -s readme-check; then echo "README.md is out of date: run make readme"; exit 1; fi && \
@@ -90,8 +94,8 @@ llama-cpp: install
 	$(PY) -c "import sentencepiece" 2>/dev/null || $(PY) -m pip install -q sentencepiece
 	PYTHONPATH=$(LLAMA_CPP_SRC)/vendor/llama.cpp/gguf-py $(PY) \
 	  $(LLAMA_CPP_SRC)/vendor/llama.cpp/convert_hf_to_gguf.py --outtype f32 \
-	  --outfile "$$($(PY) -c 'from minivllm.model import cache_dir; print(cache_dir())')/SmolLM2-135M-Instruct-f32.gguf" \
-	  "$$($(PY) -c 'from minivllm.model import default_model_path; print(default_model_path())')"
+	  --outfile "$$($(PY) -c 'from minivllm.model_executor.model_loader import cache_dir; print(cache_dir())')/SmolLM2-135M-Instruct-f32.gguf" \
+	  "$$($(PY) -c 'from minivllm.model_executor.model_loader import default_model_path; print(default_model_path())')"
 
 lab: install
 	$(BIN)/jupyter lab --notebook-dir=nbs

@@ -15,8 +15,9 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 import torch.nn.functional as F
 
-from minivllm.attention import get_attn_backend, paged_attention_ref, split_kv_decode_attention, unified_attention
-from minivllm.testing import make_paged_batch
+from minivllm.attention.backends.triton_attn import (get_attn_backend, paged_attention_ref,
+    split_kv_decode_attention, unified_attention)
+from minivllm.testing.attention import make_paged_batch
 
 
 def timeit(f, dev, reps=None):

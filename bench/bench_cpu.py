@@ -25,9 +25,9 @@ from pathlib import Path
 
 import torch
 
-from minivllm.engine import LLM
-from minivllm.model import cache_dir, default_model_path
-from minivllm.request import SamplingParams
+from minivllm.entrypoints.llm import LLM
+from minivllm.model_executor.model_loader import cache_dir, default_model_path
+from minivllm.sampling_params import SamplingParams
 
 GGUF = cache_dir() / "SmolLM2-135M-Instruct-f32.gguf"   # written by `make llama-cpp`
 

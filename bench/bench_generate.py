@@ -14,9 +14,9 @@ import time
 
 import torch
 
-from minivllm.engine import LLM
-from minivllm.model import default_model_path
-from minivllm.request import SamplingParams
+from minivllm.entrypoints.llm import LLM
+from minivllm.model_executor.model_loader import default_model_path
+from minivllm.sampling_params import SamplingParams
 
 
 def random_prompts(n, lo, hi, vocab_size, seed=0):

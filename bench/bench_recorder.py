@@ -16,10 +16,12 @@ recorder adds at most 25% to a step.
 """
 import argparse, gc, sys, time
 
-from minivllm.engine import EngineCore
-from minivllm.request import Request, SamplingParams
-from minivllm.scheduler import CacheConfig, Scheduler, SchedulerConfig
-from minivllm.testing import FakeWorker
+from minivllm.engine.core import EngineCore
+from minivllm.request import Request
+from minivllm.sampling_params import SamplingParams
+from minivllm.config import CacheConfig, SchedulerConfig
+from minivllm.core.sched.scheduler import Scheduler
+from minivllm.testing.fake_worker import FakeWorker
 from minivllm.timeline import TimelineRecorder, attach_timeline
 
 BS = 16

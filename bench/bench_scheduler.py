@@ -16,9 +16,11 @@ not runs: only ratios measured together mean anything on a shared machine.
 """
 import argparse, gc, time
 
-from minivllm.outputs import ModelRunnerOutput
-from minivllm.request import Request, SamplingParams
-from minivllm.scheduler import CacheConfig, Scheduler, SchedulerConfig
+from minivllm.core.sched.output import ModelRunnerOutput
+from minivllm.request import Request
+from minivllm.sampling_params import SamplingParams
+from minivllm.config import CacheConfig, SchedulerConfig
+from minivllm.core.sched.scheduler import Scheduler
 
 BS = 16
 

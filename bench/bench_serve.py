@@ -22,9 +22,9 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from minivllm.engine_core_proc import AsyncLLM
-from minivllm.testing import make_tiny_model
-from minivllm.server import build_app, serve_in_thread
+from minivllm.engine.async_llm import AsyncLLM
+from minivllm.testing.tiny_models import make_tiny_model
+from minivllm.entrypoints.openai.api_server import build_app, serve_in_thread
 
 RESULTS = Path(__file__).parent / "results"
 

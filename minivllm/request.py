@@ -5,85 +5,13 @@
 # %% ../nbs/00_request.ipynb #dc5bb3ef
 from __future__ import annotations
 import enum, time
-from dataclasses import dataclass, field
 from collections.abc import Sequence
 from typing import Callable
 from fastcore.basics import patch
+from .sampling_params import SamplingParams
 
 # %% auto #0
-__all__ = ['SamplingParams', 'RequestStatus', 'ConstantList', 'Request']
-
-# %% ../nbs/00_request.ipynb #913332c6
-_GREEDY_EPS = 1e-5
-
-@dataclass
-class SamplingParams:
-    "How one request samples tokens and when it stops (vLLM's `SamplingParams`, text subset)."
-    n: int = 1
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    repetition_penalty: float = 1.0
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    min_p: float = 0.0
-    seed: int | None = None
-    stop: str | list[str] | None = None
-    stop_token_ids: list[int] | None = None
-    ignore_eos: bool = False
-    max_tokens: int = 16
-    min_tokens: int = 0
-    logprobs: int | None = None
-    prompt_logprobs: int | None = None
-    skip_special_tokens: bool = True
-    include_stop_str_in_output: bool = False
-
-    def __post_init__(self):
-        self.stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
-        self.stop_token_ids = list(self.stop_token_ids or [])
-        if self.top_k == -1: self.top_k = 0      # vLLM accepts -1 and 0 for "no top-k"
-        for name, ok, rule in self._checks():
-            if not ok:
-                raise ValueError(f"SamplingParams.{name} {rule}, got {getattr(self, name)!r}")
-        if self.n > 1 and self.is_greedy:
-            raise ValueError(f"n must be 1 when using greedy sampling, got {self.n}")
-
-# %% ../nbs/00_request.ipynb #e8d93fa1
-def _is_int(x) -> bool: return isinstance(x, int) and not isinstance(x, bool)
-
-def _num_logprobs_ok(k) -> bool:
-    "None, or a count >= 0 (vLLM's -1, 'the whole vocabulary', is refused: say a number)."
-    return k is None or (_is_int(k) and k >= 0)
-
-@patch
-def _checks(self: SamplingParams):
-    "(field, holds, rule) triples validated at construction, with vLLM's bounds."
-    return [
-        ("n", _is_int(self.n) and self.n >= 1, "must be an int >= 1"),
-        ("presence_penalty", -2 <= self.presence_penalty <= 2, "must be in [-2, 2]"),
-        ("frequency_penalty", -2 <= self.frequency_penalty <= 2, "must be in [-2, 2]"),
-        ("repetition_penalty", self.repetition_penalty > 0, "must be > 0"),
-        ("temperature", self.temperature >= 0, "must be >= 0"),
-        ("top_p", 0 < self.top_p <= 1, "must be in (0, 1]"),
-        ("top_k", _is_int(self.top_k) and self.top_k >= 0, "must be 0 or -1 (disable), or >= 1"),
-        ("min_p", 0 <= self.min_p <= 1, "must be in [0, 1]"),
-        ("seed", self.seed is None or _is_int(self.seed), "must be None or an int"),
-        ("stop", all(isinstance(s, str) and s for s in self.stop), "must be non-empty strings"),
-        ("stop_token_ids", all(_is_int(t) and t >= 0 for t in self.stop_token_ids),
-         "must be non-negative ints"),
-        ("max_tokens", _is_int(self.max_tokens) and self.max_tokens >= 1, "must be an int >= 1"),
-        ("min_tokens", _is_int(self.min_tokens) and 0 <= self.min_tokens <= self.max_tokens,
-         "must be in [0, max_tokens]"),
-        ("logprobs", _num_logprobs_ok(self.logprobs),
-         "must be None or an int >= 0 (-1, the whole vocabulary, is not supported)"),
-        ("prompt_logprobs", _num_logprobs_ok(self.prompt_logprobs),
-         "must be None or an int >= 0 (-1, the whole vocabulary, is not supported)"),
-    ]
-
-@patch(as_prop=True)
-def is_greedy(self: SamplingParams) -> bool:
-    "True when the sampler takes the argmax (`temperature < 1e-5`)."
-    return self.temperature < _GREEDY_EPS
+__all__ = ['RequestStatus', 'ConstantList', 'Request']
 
 # %% ../nbs/00_request.ipynb #9fb21e65
 class RequestStatus(enum.IntEnum):

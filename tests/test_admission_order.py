@@ -10,9 +10,11 @@ budgets and pools, FCFS and priority) we check after every `schedule()`:
 """
 from hypothesis import given, settings, strategies as st
 
-from minivllm.request import Request, SamplingParams
-from minivllm.scheduler import CacheConfig, Scheduler, SchedulerConfig
-from minivllm.testing import FakeWorker
+from minivllm.request import Request
+from minivllm.sampling_params import SamplingParams
+from minivllm.config import CacheConfig, SchedulerConfig
+from minivllm.core.sched.scheduler import Scheduler
+from minivllm.testing.fake_worker import FakeWorker
 
 MAX_MODEL_LEN = 32
 

@@ -38,9 +38,9 @@ def test_request_counters_stay_consistent():
 
 
 def test_imports_stay_light():
-    "`import minivllm.engine` loads neither the test harness nor the server stack (a fresh interpreter)."
+    "`import minivllm.entrypoints.llm` loads neither the test harness nor the server stack (a fresh interpreter)."
     import subprocess, sys
-    code = ("import sys, minivllm.engine, minivllm.cli; "
+    code = ("import sys, minivllm.engine.core, minivllm.entrypoints.llm, minivllm.entrypoints.cli.main; "
             "print(sorted(m for m in ('minivllm.testing', 'fastapi', 'uvicorn', 'zmq', 'matplotlib') "
             "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

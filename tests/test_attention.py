@@ -9,10 +9,10 @@ if not torch.cuda.is_available():
 
 from hypothesis import given, settings, strategies as st
 
-from minivllm.attention import (AttentionMetadata, get_attn_backend, paged_attention_ref, reshape_and_cache,
-                                reshape_and_cache_ref, split_kv_decode_attention, torch_paged_attention,
-                                unified_attention)
-from minivllm.testing import make_paged_batch
+from minivllm.attention.backends.triton_attn import (AttentionMetadata, get_attn_backend,
+    paged_attention_ref, reshape_and_cache, reshape_and_cache_ref, split_kv_decode_attention,
+    torch_paged_attention, unified_attention)
+from minivllm.testing.attention import make_paged_batch
 
 CUDA = torch.cuda.is_available()
 DEV = "cuda" if CUDA else "cpu"  # Triton kernels need CUDA tensors natively, CPU tensors under the interpreter
@@ -233,7 +233,7 @@ def test_padded_decode_rows_do_not_disturb_real_rows(kernel, pad_seq_len):
 
 def test_split_kv_workspace_is_allocated_once():
     "Decode steps reuse one scratch buffer: nothing is allocated per call (a CUDA graph replays its pointers)."
-    import minivllm.attention as A
+    import minivllm.attention.backends.triton_attn as A
     dev = "cuda" if CUDA else "cpu"
     q, k, v, cache, md = make_paged_batch([1] * 4, [3, 60, 17, 9], num_kv_heads=2, qpk=2, device=dev)
     split_kv_decode_attention(q, cache, md, 0.125)
@@ -245,7 +245,8 @@ def test_split_kv_workspace_is_allocated_once():
 
 
 def test_launch_rules_are_checked():
-    from minivllm.attention import KernelConfig, check_dot_shapes, kernel_config
+    from minivllm.attention.backends.triton_attn import (KernelConfig, check_dot_shapes,
+        kernel_config)
     assert kernel_config("prefill", torch.float32, 128) == KernelConfig(32, 16, 4)
     assert kernel_config("decode", torch.bfloat16, 64).block_m == 16
     with pytest.raises(ValueError, match="tl.dot needs >= 16"): kernel_config("decode", torch.float16, 8)
@@ -287,7 +288,7 @@ import torch, triton
 from triton.compiler import ASTSource
 from triton.backends.compiler import GPUTarget
 from triton.backends.nvidia import compiler as nvidia
-import minivllm.attention as A
+import minivllm.attention.backends.triton_attn as A
 PTXAS = os.path.join(os.path.dirname(nvidia.__file__), "bin", "ptxas")
 TARGET = GPUTarget("cuda", 90, 32)
 STRIDES = lambda kernel: {s: "i32" for s in kernel.arg_names if s.startswith("stride")}

@@ -10,13 +10,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import minivllm.model as model_mod
-from minivllm.attention import get_attn_backend, make_attn_metadata
-from minivllm.engine import LLM
-from minivllm.model import (Linear, compile_and_warm_up, get_forward_context, load_model, make_kv_caches,
-                            set_forward_context, unquantized_gemm)
-from minivllm.request import SamplingParams
-from minivllm.testing import make_tiny_model
+import minivllm.model_executor.models.llama as model_mod
+from minivllm.attention.backends.triton_attn import get_attn_backend, make_attn_metadata
+from minivllm.entrypoints.llm import LLM
+from minivllm.model_executor.models.llama import (Linear, compile_and_warm_up, make_kv_caches,
+    unquantized_gemm)
+from minivllm.forward_context import get_forward_context, set_forward_context
+from minivllm.model_executor.model_loader import load_model
+from minivllm.sampling_params import SamplingParams
+from minivllm.testing.tiny_models import make_tiny_model
 
 ARCHS = ["LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"]
 

@@ -11,10 +11,13 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before minivllm.attention defines its kernels
 
-from minivllm.attention import PAD_SLOT_ID, make_attn_metadata
-from minivllm.cuda_graphs import CUDAGraphWrapper, cudagraph_capture_sizes, is_uniform_decode, padded_batch_size
-from minivllm.model import load_model, make_kv_caches
-from minivllm.testing import NoScalarReads, make_tiny_model
+from minivllm.attention.backends.triton_attn import PAD_SLOT_ID, make_attn_metadata
+from minivllm.compilation.cuda_graph import (CUDAGraphWrapper, cudagraph_capture_sizes,
+    is_uniform_decode, padded_batch_size)
+from minivllm.model_executor.model_loader import load_model
+from minivllm.model_executor.models.llama import make_kv_caches
+from minivllm.testing.sync import NoScalarReads
+from minivllm.testing.tiny_models import make_tiny_model
 
 CUDA = torch.cuda.is_available()
 BLOCK = 16
@@ -172,8 +175,8 @@ PROMPTS = [[(7 * i + j) % 250 + 3 for j in range(5 + 3 * i)] for i in range(7)]
 
 
 def _generate(tiny_path, wrap, backend, max_tokens):
-    from minivllm.engine import LLM
-    from minivllm.request import SamplingParams
+    from minivllm.entrypoints.llm import LLM
+    from minivllm.sampling_params import SamplingParams
     device = "cuda" if CUDA else "cpu"
     llm = LLM(tiny_path, device=device, dtype="float32", num_gpu_blocks=64, max_num_seqs=8,
               attention_backend=backend, enforce_eager=not wrap)     # on CUDA, LLM captures the graphs

@@ -6,11 +6,11 @@ import random
 import pytest
 import torch
 
-from minivllm.engine import LLM
-from minivllm.model import default_model_path
-from minivllm.request import SamplingParams
+from minivllm.entrypoints.llm import LLM
+from minivllm.model_executor.model_loader import default_model_path
+from minivllm.sampling_params import SamplingParams
 
-from minivllm.testing import make_tiny_model
+from minivllm.testing.tiny_models import make_tiny_model
 
 GREEDY = SamplingParams(temperature=0, max_tokens=24)
 ARCHS = ["LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"]
@@ -238,11 +238,11 @@ def test_progress_bar_and_interrupted_loop(tiny_dirs, capsys):
 
 def test_cli_generate_and_bench(tiny_dirs, capsys, tmp_path):
     import json, subprocess, sys
-    from minivllm.cli import main
+    from minivllm.entrypoints.cli.main import main
     main(["generate", "What is the capital of France?", "--max-tokens", "12", "--num-gpu-blocks", "64"])
     assert "Paris" in capsys.readouterr().out
     # only `serve` imports the server stack: checked in a fresh interpreter (this one may have it)
-    probe = ("import sys; from minivllm.cli import main; "
+    probe = ("import sys; from minivllm.entrypoints.cli.main import main; "
              "main(['generate', 'Hi', '--max-tokens', '2', '--num-gpu-blocks', '64']); "
              "print(sorted(m for m in ('fastapi', 'uvicorn', 'zmq') if m in sys.modules))")
     run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
@@ -260,7 +260,7 @@ def test_cli_generate_and_bench(tiny_dirs, capsys, tmp_path):
 
 
 def test_cli_generate_n_stop_logprobs_timeline(capsys, tmp_path):
-    from minivllm.cli import main
+    from minivllm.entrypoints.cli.main import main
     png = tmp_path / "run.png"
     main(["generate", "Name a fruit.", "--n", "2", "--temperature", "0.8", "--stop", ".", "--logprobs", "1",
           "--max-tokens", "12", "--num-gpu-blocks", "64", "--seed", "3", "--timeline", str(png)])

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from minivllm.testing import decisions, diff_traces, run_workload
+from minivllm.testing.fake_worker import decisions, diff_traces, run_workload
 
 GOLDEN = Path(__file__).parent / "golden"
 WORKLOADS = sorted(p for p in GOLDEN.glob("*.json") if not p.name.endswith(".trace.json"))

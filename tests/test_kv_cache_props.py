@@ -14,11 +14,11 @@ import pytest
 from hypothesis import event, given, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from minivllm.block_pool import (BlockPool, FreeKVCacheBlockQueue, KVCacheBlock,
-                                 get_request_block_hasher)
-from minivllm.kv_cache_manager import KVCacheManager, cdiv
+from minivllm.core.block_pool import (BlockPool, FreeKVCacheBlockQueue, KVCacheBlock,
+    get_request_block_hasher)
+from minivllm.core.kv_cache_manager import KVCacheManager, cdiv
 from minivllm.request import Request
-from minivllm.testing import ClassicFreeOrderBlockPool
+from minivllm.testing.block_pool import ClassicFreeOrderBlockPool
 
 ids = lambda blocks: [b.block_id for b in blocks]
 

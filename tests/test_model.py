@@ -10,10 +10,11 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM, LlamaConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-from minivllm.attention import make_attn_metadata
-from minivllm.model import (cache_dir, default_model_path, load_model, make_kv_caches, resolve_dtype, rope_inv_freq,
-                            rope_parameters)
-from minivllm.testing import TINY_CONFIG, make_tiny_model
+from minivllm.attention.backends.triton_attn import make_attn_metadata
+from minivllm.model_executor.model_loader import (cache_dir, default_model_path, load_model,
+    resolve_dtype)
+from minivllm.model_executor.models.llama import make_kv_caches, rope_inv_freq, rope_parameters
+from minivllm.testing.tiny_models import TINY_CONFIG, make_tiny_model
 
 LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
                "high_freq_factor": 4.0, "original_max_position_embeddings": 32}

@@ -8,11 +8,13 @@ import math
 import pytest
 import torch
 
-from minivllm.engine import LLM, EngineArgs, RequestOutputKind
-from minivllm.engine_core_proc import AsyncLLM
-from minivllm.request import SamplingParams
+from minivllm.entrypoints.llm import LLM
+from minivllm.engine.arg_utils import EngineArgs
+from minivllm.outputs import RequestOutputKind
+from minivllm.engine.async_llm import AsyncLLM
+from minivllm.sampling_params import SamplingParams
 
-from minivllm.testing import make_tiny_model
+from minivllm.testing.tiny_models import make_tiny_model
 
 ENGINE = dict(num_gpu_blocks=96, max_model_len=512)
 PROMPT = "Write a list of five fruits, one per line:"

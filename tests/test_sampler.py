@@ -6,12 +6,11 @@ import pytest
 import torch
 from hypothesis import assume, given, settings, strategies as st
 
-from minivllm.input_batch import CachedRequestState, InputBatch
-from minivllm.request import SamplingParams
-from minivllm.sampler import (Sampler, SamplingMetadata, apply_min_p, apply_penalties,
-                              apply_top_k_top_p,
-                              gather_logprobs, make_sampling_metadata)
-from minivllm.testing import NoScalarReads
+from minivllm.worker.gpu_input_batch import CachedRequestState, InputBatch
+from minivllm.sampling_params import SamplingParams
+from minivllm.sample.sampler import (Sampler, SamplingMetadata, apply_min_p, apply_penalties,
+    apply_top_k_top_p, gather_logprobs, make_sampling_metadata)
+from minivllm.testing.sync import NoScalarReads
 
 torch.set_num_threads(1)
 SETTINGS = settings(max_examples=60, deadline=None)

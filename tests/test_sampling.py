@@ -14,11 +14,15 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from minivllm.model import load_model
-from minivllm.model_runner import ModelRunner
-from minivllm.request import Request, SamplingParams
-from minivllm.scheduler import CacheConfig, Scheduler, SchedulerConfig
-from minivllm.testing import HistoryModel, NoScalarReads, make_tiny_model
+from minivllm.model_executor.model_loader import load_model
+from minivllm.worker.gpu_model_runner import ModelRunner
+from minivllm.request import Request
+from minivllm.sampling_params import SamplingParams
+from minivllm.config import CacheConfig, SchedulerConfig
+from minivllm.core.sched.scheduler import Scheduler
+from minivllm.testing.model_runner import HistoryModel
+from minivllm.testing.sync import NoScalarReads
+from minivllm.testing.tiny_models import make_tiny_model
 
 torch.set_num_threads(1)
 VOCAB = 256
@@ -108,7 +112,7 @@ def test_logprobs_and_prompt_logprobs_equal_transformers(tiny, hf, temperature):
             continue
         rows = [o.new_logprobs for o in outs]
         assert all(len(r) == 1 for r in rows)       # one row per new token
-        from minivllm.outputs import LogprobsLists
+        from minivllm.core.sched.output import LogprobsLists
         merged = LogprobsLists(*[sum((getattr(r, f) for r in rows), []) for f in
                                  ("logprob_token_ids", "logprobs", "sampled_token_ranks")])
         _check_rows(merged, logits[n - 1:-1], full[n:], sp.logprobs)

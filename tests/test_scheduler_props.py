@@ -11,9 +11,11 @@ nothing is left behind: all blocks free, no request in any queue.
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from minivllm.request import Request, RequestStatus, SamplingParams
-from minivllm.scheduler import CacheConfig, Scheduler, SchedulerConfig
-from minivllm.testing import FakeWorker, check_invariants, scheduled_entries
+from minivllm.request import Request, RequestStatus
+from minivllm.sampling_params import SamplingParams
+from minivllm.config import CacheConfig, SchedulerConfig
+from minivllm.core.sched.scheduler import Scheduler
+from minivllm.testing.fake_worker import FakeWorker, check_invariants, scheduled_entries
 
 EOS = 2
 PREFIXES = [list(range(5000 + 1000 * j, 5000 + 1000 * j + 64)) for j in range(3)]

@@ -1,12 +1,12 @@
 """EngineCoreProc + AsyncLLM streaming and the OpenAI-compatible server, on loopback only (chapters 15 and 16)."""
 import asyncio, json, time
 import httpx, openai, pytest, torch
-from minivllm.engine import LLM
-from minivllm.engine_core_proc import AsyncLLM, EngineDeadError
-from minivllm.request import SamplingParams
+from minivllm.entrypoints.llm import LLM
+from minivllm.engine.async_llm import AsyncLLM, EngineDeadError
+from minivllm.sampling_params import SamplingParams
 
-from minivllm.testing import make_tiny_model
-from minivllm.server import build_app, serve_in_thread
+from minivllm.testing.tiny_models import make_tiny_model
+from minivllm.entrypoints.openai.api_server import build_app, serve_in_thread
 
 torch.set_num_threads(1)
 EMBEDDED = dict(num_gpu_blocks=128, max_model_len=1024, seed=0)
@@ -187,8 +187,8 @@ def test_bad_requests_get_openai_400(tiny):
 
 def test_engine_keeps_a_timeline_only_when_asked(tiny, tiny_path):
     "`LLM` always records; the engine process drops that recorder unless `record_timeline=True`."
-    from minivllm.engine import EngineArgs
-    from minivllm.engine_core_proc import make_engine_core
+    from minivllm.engine.arg_utils import EngineArgs
+    from minivllm.engine.async_llm import make_engine_core
     from minivllm.timeline import TimelineRecorder
     args = EngineArgs(model=str(tiny_path), num_gpu_blocks=8, max_model_len=64)
     core = make_engine_core(args)

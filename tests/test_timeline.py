@@ -6,13 +6,16 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from matplotlib.figure import Figure
 
-from minivllm.request import Request, SamplingParams
-from minivllm.scheduler import Scheduler, SchedulerConfig, CacheConfig
-from minivllm.engine import EngineCore
-from minivllm.testing import (FakeWorker, step_log, scheduled_entries, e12_workload, run_with_recorder,
-                              record_workload)
-from minivllm.timeline import (TimelineRecorder, attach_timeline, plot_timeline, device_label,
-                               plot_kv_cache, plot_pool_at, plot_block_table, step_batch_inputs, plot_prepare_inputs)
+from minivllm.request import Request
+from minivllm.sampling_params import SamplingParams
+from minivllm.core.sched.scheduler import Scheduler
+from minivllm.config import SchedulerConfig, CacheConfig
+from minivllm.engine.core import EngineCore
+from minivllm.testing.fake_worker import FakeWorker, step_log, scheduled_entries, e12_workload
+from minivllm.testing.timeline import run_with_recorder, record_workload
+from minivllm.timeline import TimelineRecorder, attach_timeline, device_label
+from minivllm.viz.timeline import (plot_timeline, plot_kv_cache, plot_pool_at, plot_block_table,
+    step_batch_inputs, plot_prepare_inputs)
 
 
 @st.composite

@@ -2,10 +2,11 @@
 replays each of them with the schedule the model-free worker made."""
 import pytest
 
-from minivllm.testing import (e1_workload, e3_workload, e5_workload, e6_workload, e6_variant_workload,
-                              example_request, example_workload, fit_to_vocab, llms_for, make_tiny_model,
-                              record_workload, replay_on_engine, schedule_difference,
-                              worked_example_workloads, worked_examples_on_engine, workload_arrivals)
+from minivllm.testing.worked_examples import (e1_workload, e3_workload, e5_workload, e6_workload,
+    e6_variant_workload, example_request, example_workload, fit_to_vocab, llms_for,
+    replay_on_engine, schedule_difference, worked_example_workloads, worked_examples_on_engine)
+from minivllm.testing.tiny_models import make_tiny_model
+from minivllm.testing.timeline import record_workload, workload_arrivals
 
 
 @pytest.mark.parametrize("full", [True, False])

@@ -14,10 +14,12 @@ import numpy as np
 import torch
 from hypothesis import given, settings, strategies as st
 
-from minivllm.model_runner import ModelRunner
-from minivllm.testing import HistoryModel
-from minivllm.request import Request, RequestStatus, SamplingParams
-from minivllm.scheduler import CacheConfig, Scheduler, SchedulerConfig
+from minivllm.worker.gpu_model_runner import ModelRunner
+from minivllm.testing.model_runner import HistoryModel
+from minivllm.request import Request, RequestStatus
+from minivllm.sampling_params import SamplingParams
+from minivllm.config import CacheConfig, SchedulerConfig
+from minivllm.core.sched.scheduler import Scheduler
 
 torch.set_num_threads(1)
 VOCAB, EOS, MAX_MODEL_LEN = 64, 0, 32

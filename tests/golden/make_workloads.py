@@ -157,7 +157,7 @@ W["29_random_priority_threshold"] = rand_workload(4, "priority", threshold=6)
 W["30_random_fcfs_caching_off"] = rand_workload(5, "fcfs", caching=False)
 
 try:  # E12's workload lives in the library (chapter 05); add it when minivllm is importable
-    from minivllm.testing import e12_workload
+    from minivllm.testing.fake_worker import e12_workload
     W["31_e12_step_log"] = e12_workload()
 except ImportError: pass
 

@@ -1,0 +1,156 @@
+"""A Llama-family decoder (Llama, SmolLM2, Qwen2, Qwen3) over the paged KV cache, loading Hugging Face safetensors."""
+__all__ = ['onednn_linear', 'ONEDNN', 'layer_attention_op', 'ARCHITECTURES', 'get_head_dim', 'rope_parameters', 'RMSNorm', 'rope_inv_freq', 'apply_rope', 'RotaryEmbedding', 'register_op', 'unquantized_gemm', 'Linear', 'LlamaMLP', 'layer_attention', 'LlamaAttention', 'make_kv_caches', 'LlamaDecoderLayer', 'LlamaModel', 'LlamaForCausalLM', 'compile_and_warm_up']
+import math, warnings
+import torch
+import torch.nn.functional as F
+from torch import nn
+from fastcore.basics import patch
+from tqdm import tqdm
+from ...attention.backends.triton_attn import AttentionMetadata, PAD_SLOT_ID
+from ...forward_context import get_forward_context, set_forward_context
+
+def get_head_dim(config) -> int:
+    """Per-head size: the config's `head_dim`, else `hidden_size // num_attention_heads`."""
+    ...
+
+def rope_parameters(config) -> dict:
+    """The config's RoPE settings as one 5.x-style dict (from either config form)."""
+    ...
+
+class RMSNorm(nn.Module):
+    """Root-mean-square normalisation over the last dimension, with a learned scale."""
+
+    def __init__(self, size: int, eps: float=1e-06):
+        ...
+
+    def forward(self, x, residual=None):
+        """`norm(x)`; with `residual`, vLLM's fused form: `(norm(x + residual), x + residual)`."""
+        ...
+
+def _llama3_inv_freq(inv_freq, p):
+    """Llama 3.1: divide slow frequencies by `factor`, keep fast ones, blend in between."""
+    ...
+
+def _yarn_inv_freq(inv_freq, p, dim, max_position_embeddings):
+    """YaRN: blend interpolated and original frequencies; returns (inv_freq, attention_factor)."""
+    ...
+
+def rope_inv_freq(config) -> tuple[torch.Tensor, float]:
+    """Float32 inverse frequencies `[head_dim // 2]` and the cos/sin scale for the config's RoPE."""
+    ...
+
+def apply_rope(x, cos, sin):
+    """Rotate `x` `[tokens, heads, head_dim]` by per-token `cos`, `sin` `[tokens, 1, head_dim / 2]`."""
+    ...
+
+class RotaryEmbedding(nn.Module):
+    """vLLM's `get_rope`: a `cos_sin_cache` `[max_position, head_dim]` buffer, indexed by position."""
+
+    def __init__(self, config):
+        ...
+
+    def _compute_cos_sin_cache(self):
+        """Float32 `[max_position, head_dim]`: cos of each position's angles, then sin."""
+        ...
+
+    def forward(self, positions):
+        """`(cos, sin)`, each `[num_tokens, 1, head_dim // 2]`, for a flat batch of `positions`."""
+        ...
+_ops = torch.library.Library('minivllm', 'FRAGMENT')
+
+def register_op(name: str, schema: str, impl, fake):
+    """`impl` as the op `torch.ops.minivllm.<name>`: compiled graphs call it without looking inside."""
+    ...
+
+def _onednn_linear(x, weight, bias):
+    ...
+onednn_linear = register_op('onednn_linear', '(Tensor x, Tensor weight, Tensor? bias) -> Tensor', _onednn_linear, lambda x, weight, bias: x.new_empty(*x.shape[:-1], weight.shape[0]))
+ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, '_linear_pointwise')
+
+def unquantized_gemm(x, weight, bias=None):
+    """vLLM's `dispatch_unquantized_gemm`: float32 on a CPU goes to oneDNN, the rest to `F.linear`."""
+    ...
+
+class Linear(nn.Linear):
+    """`nn.Linear` whose product goes through `unquantized_gemm` (vLLM's `UnquantizedLinearMethod`)."""
+
+    def forward(self, x):
+        ...
+
+class LlamaMLP(nn.Module):
+    """SwiGLU feed-forward: `down(silu(gate(x)) * up(x))`."""
+
+    def __init__(self, config):
+        ...
+
+    def forward(self, x):
+        ...
+
+def layer_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, scale: float) -> torch.Tensor:
+    """One layer's attention: write its K/V into `kv_cache`, attend (vLLM's `unified_attention`)."""
+    ...
+layer_attention_op = register_op('layer_attention', '(Tensor query, Tensor key, Tensor value, Tensor(a!) kv_cache, float scale) -> Tensor', layer_attention, lambda query, *args: torch.empty_like(query))
+ARCHITECTURES = {'LlamaForCausalLM': {}, 'Qwen2ForCausalLM': {'qkv_bias': True, 'o_bias': False}, 'Qwen3ForCausalLM': {'qk_norm': True}}
+
+class LlamaAttention(nn.Module):
+    """Grouped-query self-attention with RoPE; K/V go to and from the paged cache via the backend."""
+
+    def __init__(self, config):
+        ...
+
+    def forward(self: LlamaAttention, x, cos, sin, kv_cache):
+        """Attend each token of the flat batch `x` `[num_tokens, hidden]` over its request's context."""
+        ...
+
+def make_kv_caches(num_layers, num_kv_heads, head_dim, dtype, num_blocks: int, block_size: int, device='cpu'):
+    """One zeroed KV cache `[num_blocks, 2, block_size, num_kv_heads, head_dim]` per layer."""
+    ...
+
+class LlamaDecoderLayer(nn.Module):
+    """Pre-norm block: `x + attn(norm(x))`, then `x + mlp(norm(x))`, with the residual passed along."""
+
+    def __init__(self, config):
+        ...
+
+    def forward(self, x, residual, cos, sin, kv_cache):
+        """`(mlp output, residual)`: the sum `x + residual` is left to the next norm (vLLM's form)."""
+        ...
+
+class LlamaModel(nn.Module):
+    """Token embedding, the stack of decoder layers and the final norm."""
+
+    def __init__(self, config):
+        ...
+
+    def forward(self, input_ids, positions, kv_caches):
+        ...
+
+class LlamaForCausalLM(nn.Module):
+    """Llama-family causal LM over a flat token batch and a paged KV cache (Llama, Qwen2, Qwen3)."""
+
+    def __init__(self, config, attn_backend):
+        ...
+
+    def forward(self, input_ids, positions, attn_metadata: AttentionMetadata):
+        """Hidden states `[num_tokens, hidden]` of a flat batch; writes K/V into `self.kv_caches`."""
+        ...
+
+    def compute_logits(self, hidden_states):
+        """Float32 logits `[n, vocab_size]` for the given rows of hidden states."""
+        ...
+
+    def kv_cache_spec(self: LlamaForCausalLM):
+        """`(num_layers, num_kv_heads, head_dim, dtype)`: what one layer's KV cache holds per token."""
+        ...
+
+    def bind_kv_caches(self: LlamaForCausalLM, kv_caches: list):
+        """Use these tensors (one `[blocks, 2, block_size, kv_heads, head_dim]` per layer) as KV cache."""
+        ...
+
+def _dummy_decode(model: LlamaForCausalLM, num_reqs: int):
+    """Run a decode step of `num_reqs` one-token requests that writes only padding slots."""
+    ...
+
+def compile_and_warm_up(model: LlamaForCausalLM) -> bool:
+    """torch.compile the decoder stack and the logits, now; `False`, with a warning, if that fails."""
+    ...
