@@ -107,14 +107,14 @@ class StepRecord:
         return next(r for r in self.requests if r.req_id == req_id)
 
 # %% ../nbs/22_timeline.ipynb #b95f1d46
-def _request_steps(so: SchedulerOutput, live: list, unscheduled: list, ended: dict,
+def _request_steps(scheduler_output: SchedulerOutput, live: list, unscheduled: list, ended: dict,
                    block_size: int) -> list[RequestStep]:
     "The `RequestStep`s of one step, from its output and what the recorder kept of it."
-    new = {nr.req_id: nr for nr in so.scheduled_new_reqs}
-    c = so.scheduled_cached_reqs
+    new = {nr.req_id: nr for nr in scheduler_output.scheduled_new_reqs}
+    c = scheduler_output.scheduled_cached_reqs
     row = {rid: i for i, rid in enumerate(c.req_ids)}
     steps = []
-    for (rid, grant), (req, table) in zip(so.num_scheduled_tokens.items(), live):
+    for (rid, grant), (req, table) in zip(scheduler_output.num_scheduled_tokens.items(), live):
         if rid in new:
             nr = new[rid]
             kind, before, tokens, ids = "new", nr.num_computed_tokens, nr.prompt_token_ids, None
@@ -211,14 +211,15 @@ def device_label(device, model: str | None = None) -> str:
 
 # %% ../nbs/22_timeline.ipynb #70054027
 @patch
-def _follow_tables(self: TimelineRecorder, scheduler: Scheduler, so: SchedulerOutput) -> list[int]:
+def _follow_tables(self: TimelineRecorder, scheduler: Scheduler,
+                   scheduler_output: SchedulerOutput) -> list[int]:
     "Apply the step's block-table diffs; returns the blocks whose state may have changed."
     bs, caching = self.settings["block_size"], self.settings["enable_prefix_caching"]
     live, touched = self._live, []
-    for nr in so.scheduled_new_reqs:
+    for nr in scheduler_output.scheduled_new_reqs:
         live[nr.req_id] = (scheduler.requests.get(nr.req_id), list(nr.block_ids))  # None: ended
         touched += nr.block_ids
-    c, grants = so.scheduled_cached_reqs, so.num_scheduled_tokens
+    c, grants = scheduler_output.scheduled_cached_reqs, scheduler_output.num_scheduled_tokens
     for rid, ids, before in zip(c.req_ids, c.new_block_ids, c.num_computed_tokens):
         if ids:                           # most decode steps: None
             req, table = live.get(rid) or (scheduler.requests.get(rid), [])
@@ -269,9 +270,13 @@ def __call__(self: TimelineRecorder, scheduler: Scheduler, scheduler_output: Sch
              engine_core_outputs: EngineCoreOutputs) -> StepRecord:
     "Record one step (the `EngineCore.step_observers` signature); returns the new record."
     if self._pool is not scheduler.kv_cache_manager.block_pool: self.start(scheduler)   # first step
-    so, outs, pool = scheduler_output, engine_core_outputs.outputs, self._pool
-    touched = self._follow_tables(scheduler, so)
-    sched, preempted, live = so.num_scheduled_tokens, so.preempted_req_ids, self._live
+    outs, pool = engine_core_outputs.outputs, self._pool
+    touched = self._follow_tables(scheduler, scheduler_output)
+    sched, preempted, live = (
+        scheduler_output.num_scheduled_tokens,
+        scheduler_output.preempted_req_ids,
+        self._live,
+    )
     step_live = [live.get(rid, _UNKNOWN) for rid in sched]          # (request, table) per grant
     for rid in preempted: live[rid] = (live[rid][0], [])             # its blocks were freed
     finished = [rid for rid in sched if rid not in scheduler.requests]   # ended in this update
@@ -290,21 +295,33 @@ def __call__(self: TimelineRecorder, scheduler: Scheduler, scheduler_output: Sch
     for rid in finished:
         table = live.pop(rid, _UNKNOWN)[1]
         touched += table; released.update(b for b in table if not pool.blocks[b].ref_cnt)
-    for rid in so.finished_req_ids:   # aborted between steps: their blocks were freed then
+    # aborted between steps: their blocks were freed then
+    for rid in scheduler_output.finished_req_ids:
         if rid in live: touched += live.pop(rid)[1]
     if preempted or pool.cached_block_hash_to_block is not self._index: evicted = self._rescan()
     else:
         evicted = self._apply(touched)
         if self._num_free != pool.get_num_free_blocks(): evicted += self._rescan()
     usable, free = pool.num_gpu_blocks - 1, pool.get_num_free_blocks()
-    rec = StepRecord(self.next_step, scheduler.max_num_scheduled_tokens,
-                     so.total_num_scheduled_tokens, len(scheduler.waiting),
-                     len(scheduler.running) + len(finished), len(scheduler.waiting),
-                     len(scheduler.running), sorted(preempted), sorted(so.finished_req_ids),
-                     1.0 - (free - len(released)) / usable, 1.0 - free / usable,
-                     free, self._num_cached_free, self._num_hashed, evicted,
-                     snapshot_block_pool(pool, f"after step {self.next_step}") if self.snapshot_pool
-                     else None, (so, step_live, unscheduled, ended, self.settings["block_size"]))
+    rec = StepRecord(
+        self.next_step,
+        scheduler.max_num_scheduled_tokens,
+        scheduler_output.total_num_scheduled_tokens,
+        len(scheduler.waiting),
+        len(scheduler.running) + len(finished),
+        len(scheduler.waiting),
+        len(scheduler.running),
+        sorted(preempted),
+        sorted(scheduler_output.finished_req_ids),
+        1.0 - (free - len(released)) / usable,
+        1.0 - free / usable,
+        free,
+        self._num_cached_free,
+        self._num_hashed,
+        evicted,
+        snapshot_block_pool(pool, f"after step {self.next_step}") if self.snapshot_pool else None,
+        (scheduler_output, step_live, unscheduled, ended, self.settings["block_size"]),
+    )
     self.records.append(rec); self.next_step += 1
     if self.max_records and len(self.records) >= 2 * self.max_records:
         del self.records[:-self.max_records]

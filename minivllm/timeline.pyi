@@ -94,7 +94,7 @@ class StepRecord:
         """The token-budget article's per-step debug record (the E12 format)."""
         ...
 
-def _request_steps(so: SchedulerOutput, live: list, unscheduled: list, ended: dict, block_size: int) -> list[RequestStep]:
+def _request_steps(scheduler_output: SchedulerOutput, live: list, unscheduled: list, ended: dict, block_size: int) -> list[RequestStep]:
     """The `RequestStep`s of one step, from its output and what the recorder kept of it."""
     ...
 
@@ -132,7 +132,7 @@ class TimelineRecorder:
         """Device and scheduler settings in one line (for figure captions)."""
         ...
 
-    def _follow_tables(self: TimelineRecorder, scheduler: Scheduler, so: SchedulerOutput) -> list[int]:
+    def _follow_tables(self: TimelineRecorder, scheduler: Scheduler, scheduler_output: SchedulerOutput) -> list[int]:
         """Apply the step's block-table diffs; returns the blocks whose state may have changed."""
         ...
 

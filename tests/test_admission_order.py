@@ -1,4 +1,4 @@
-"""The waiting loop never lets a request overtake the head of the queue (chapter 18's lesson).
+"""The waiting loop never lets a request overtake the head of the queue (chapter 31's lesson).
 
 vLLM's waiting loop looks only at the head of the waiting queue: when the head cannot be admitted
 (no budget with chunked prefill off, no KV blocks, no request slot), the loop stops; it never

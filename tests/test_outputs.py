@@ -1,4 +1,4 @@
-"""The output side of `LLM` and `AsyncLLM` (chapters 11 and 15): every `SamplingParams` field is honoured or
+"""The output side of `LLM` and `AsyncLLM` (chapters 20, 23 and 24): every `SamplingParams` field is honoured or
 refused with a ValueError, `n` fans out and back in, stop strings are found across token boundaries (the same
 text through `LLM` and `AsyncLLM`), and logprobs come back in vLLM's shape."""
 import asyncio

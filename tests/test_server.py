@@ -1,4 +1,4 @@
-"""EngineCoreProc + AsyncLLM streaming and the OpenAI-compatible server, on loopback only (chapters 15 and 16)."""
+"""EngineCoreProc + AsyncLLM streaming and the OpenAI-compatible server, on loopback only (chapters 24 and 25)."""
 import asyncio, json, time
 import httpx, openai, pytest, torch
 from minivllm.entrypoints.llm import LLM

@@ -1,4 +1,4 @@
-"""Chapter 14's worked examples as workloads: they run with the invariants checked, and an `LLM`
+"""Chapter 30's worked examples as workloads: they run with the invariants checked, and an `LLM`
 replays each of them with the schedule the model-free worker made."""
 import pytest
 

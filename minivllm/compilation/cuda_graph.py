@@ -73,22 +73,23 @@ class CUDAGraphWrapper(nn.Module):
 
 # %% ../../nbs/15_cuda_graphs.ipynb #57cd1f87
 @patch
-def _load_inputs(self: CUDAGraphWrapper, input_ids, positions, md: AttentionMetadata,
+def _load_inputs(self: CUDAGraphWrapper, input_ids, positions, metadata: AttentionMetadata,
                  batch_size: int) -> AttentionMetadata:
     "Copy a decode step into the static buffers, padded to `batch_size`; metadata viewing them."
-    n, width = input_ids.shape[0], md.block_table.shape[1]
+    n, width = input_ids.shape[0], metadata.block_table.shape[1]
     if width > self.block_table.shape[1]:
         raise ValueError(f"the step's block table has {width} columns; the static one was sized "
                          f"for max_num_blocks_per_req={self.block_table.shape[1]}")
     self.input_ids[:n].copy_(input_ids, non_blocking=True); self.input_ids[n:batch_size].zero_()
     self.positions[:n].copy_(positions, non_blocking=True); self.positions[n:batch_size].zero_()
-    self.slot_mapping[:n].copy_(md.slot_mapping, non_blocking=True)
+    self.slot_mapping[:n].copy_(metadata.slot_mapping, non_blocking=True)
     self.slot_mapping[n:batch_size].fill_(PAD_SLOT_ID)                     # padding writes no KV
-    self.seq_lens[:n].copy_(md.seq_lens, non_blocking=True); self.seq_lens[n:batch_size].zero_()
-    self.query_start_loc[:n + 1].copy_(md.query_start_loc, non_blocking=True)
+    self.seq_lens[:n].copy_(metadata.seq_lens, non_blocking=True)
+    self.seq_lens[n:batch_size].zero_()
+    self.query_start_loc[:n + 1].copy_(metadata.query_start_loc, non_blocking=True)
     self.query_start_loc[n + 1:batch_size + 1].fill_(n)                    # padding: no queries
-    self.block_table[:n, :width].copy_(md.block_table, non_blocking=True)
-    return self._static_metadata(batch_size, md.max_seq_len)
+    self.block_table[:n, :width].copy_(metadata.block_table, non_blocking=True)
+    return self._static_metadata(batch_size, metadata.max_seq_len)
 
 @patch
 def _static_metadata(self: CUDAGraphWrapper, batch_size: int, max_seq_len: int):
@@ -109,13 +110,13 @@ def forward(self: CUDAGraphWrapper, input_ids, positions, attn_metadata: Attenti
     if batch_size is None:
         self.stats["eager"] += 1
         return self.model(input_ids, positions, attn_metadata)
-    md = self._load_inputs(input_ids, positions, attn_metadata, batch_size)
+    metadata = self._load_inputs(input_ids, positions, attn_metadata, batch_size)
     graph = self.graphs.get(batch_size)
     if graph is not None:
         graph.replay(); self.stats["replay"] += 1
         return self.outputs[batch_size][:n]
     self.stats["padded_eager"] += 1
-    return self.model(self.input_ids[:batch_size], self.positions[:batch_size], md)[:n]
+    return self.model(self.input_ids[:batch_size], self.positions[:batch_size], metadata)[:n]
 
 # %% ../../nbs/15_cuda_graphs.ipynb #1e2709e4
 @patch
@@ -138,12 +139,13 @@ def capture(self: CUDAGraphWrapper, num_warmups: int = 1) -> CUDAGraphWrapper:
             self.input_ids[:bs].zero_(); self.positions[:bs].zero_(); self.block_table[:bs].zero_()
             self.slot_mapping[:bs].fill_(PAD_SLOT_ID); self.seq_lens[:bs].fill_(1)
             self.query_start_loc[:bs + 1].copy_(torch.arange(bs + 1, device=self.device))
-            md = self._static_metadata(bs, max_seq_len)
-            for _ in range(num_warmups): self.model(self.input_ids[:bs], self.positions[:bs], md)
+            metadata = self._static_metadata(bs, max_seq_len)
+            for _ in range(num_warmups): self.model(self.input_ids[:bs], self.positions[:bs],
+                                                    metadata)
             torch.cuda.synchronize(self.device)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=self.graph_pool):
-                self.outputs[bs] = self.model(self.input_ids[:bs], self.positions[:bs], md)
+                self.outputs[bs] = self.model(self.input_ids[:bs], self.positions[:bs], metadata)
             self.graphs[bs] = graph
     torch.cuda.synchronize(self.device)
     return self

@@ -35,7 +35,7 @@ class CUDAGraphWrapper(nn.Module):
         """The wrapped model's logits (outside the graph: they are computed for real rows only)."""
         ...
 
-    def _load_inputs(self: CUDAGraphWrapper, input_ids, positions, md: AttentionMetadata, batch_size: int) -> AttentionMetadata:
+    def _load_inputs(self: CUDAGraphWrapper, input_ids, positions, metadata: AttentionMetadata, batch_size: int) -> AttentionMetadata:
         """Copy a decode step into the static buffers, padded to `batch_size`; metadata viewing them."""
         ...
 

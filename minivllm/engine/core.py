@@ -4,6 +4,7 @@
 
 # %% ../../nbs/21_engine_core.ipynb #2e352c25
 from __future__ import annotations
+from ..core.kv_cache_manager import cdiv
 from pathlib import Path
 from typing import Callable, Sequence
 import torch
@@ -105,15 +106,17 @@ def profile_kv_cache_memory(model, num_tokens: int, max_num_seqs: int, block_siz
     "GPU bytes left for the KV cache after the largest step (vLLM's `determine_available_memory`)."
     device = next(model.parameters()).device
     num_layers, num_kv_heads, head_dim, dtype = model.kv_cache_spec()
-    num_blocks = -(-num_tokens // block_size)
+    num_blocks = cdiv(num_tokens, block_size)
     caches = make_kv_caches(num_layers, num_kv_heads, head_dim, dtype, num_blocks, block_size,
                             device)
     model.bind_kv_caches(caches)
-    positions, md = make_attn_metadata([list(range(num_blocks))], [0], [num_tokens], block_size,
-                                       device)
+    positions, metadata = make_attn_metadata(
+        [list(range(num_blocks))], [0], [num_tokens], block_size, device
+    )
     torch.cuda.empty_cache(); torch.cuda.reset_peak_memory_stats(device)
     with torch.no_grad():   # a step samples at most one token per sequence: max_num_seqs logit rows
-        hidden = model(torch.zeros(num_tokens, dtype=torch.long, device=device), positions, md)
+        hidden = model(torch.zeros(num_tokens, dtype=torch.long, device=device), positions,
+                       metadata)
         model.compute_logits(hidden[-max_num_seqs:])
     torch.cuda.synchronize(device)
     peak = torch.cuda.max_memory_allocated(device)
@@ -137,7 +140,7 @@ def num_gpu_blocks_for(model, device: torch.device, args: EngineArgs, max_model_
         budget = (DEFAULT_CPU_KV_CACHE_BYTES if device.type != "cuda" else
                   profile_kv_cache_memory(model, max_num_batched_tokens, args.max_num_seqs,
                                           args.block_size, args.gpu_memory_utilization))
-    useful = args.max_num_seqs * -(-max_model_len // args.block_size) + 1
+    useful = args.max_num_seqs * cdiv(max_model_len, args.block_size) + 1
     per_block = kv_cache_bytes_per_block(model.kv_cache_spec(), args.block_size)
     return num_blocks_for(budget, per_block, useful)
 
@@ -170,9 +173,10 @@ def build_engine_core(args: EngineArgs, eos_token_id: int | None = None) -> Engi
     float32 = model.kv_cache_spec()[3] == torch.float32
     if device.type == "cpu" and float32 and not args.enforce_eager: compile_and_warm_up(model)
     if device.type == "cuda" and not args.enforce_eager:
-        from minivllm.compilation.cuda_graph import CUDAGraphWrapper  # CUDA only: CPU runs never import it
+        # CUDA only: CPU runs never import it
+        from minivllm.compilation.cuda_graph import CUDAGraphWrapper
         runner.model = CUDAGraphWrapper(model, max_num_seqs=args.max_num_seqs, device=device,
-                                        max_num_blocks_per_req=-(-max_model_len // args.block_size))
+                                        max_num_blocks_per_req=cdiv(max_model_len, args.block_size))
         runner.model.capture()
     info = dict(model=str(path), model_name=path.name, device=str(device),
                 max_model_len=max_model_len, vocab_size=model.config.vocab_size,

@@ -107,22 +107,33 @@ def from_params(cls: SamplingMetadata, params: list[SamplingParams], generators=
 def make_sampling_metadata(input_batch: InputBatch, discard_request_indices=(),
                            device="cpu") -> SamplingMetadata:
     "Sampling metadata for rows `0..num_reqs-1` of `input_batch`; discarded rows keep their RNG."
-    n, ib = input_batch.num_reqs, input_batch
-    num_outputs = ib.num_tokens_no_spec[:n] - ib.num_prompt_tokens[:n]
-    masked = {r: ids for r,
-              ids in ib.min_tokens_stop_ids.items() if num_outputs[r] < ib.min_tokens[r]}
+    n = input_batch.num_reqs
+    num_outputs = input_batch.num_tokens_no_spec[:n] - input_batch.num_prompt_tokens[:n]
+    masked = {
+        r: ids
+        for r, ids in input_batch.min_tokens_stop_ids.items()
+        if num_outputs[r] < input_batch.min_tokens[r]
+    }
     discard = set(int(r) for r in discard_request_indices)
-    generators = {r: g for r, g in ib.generators.items() if r not in discard}
-    k = ib.num_logprobs[:n]
-    counts = None if ib.output_bin_counts is None else ib.output_bin_counts[:n]
-    mask = None if ib.prompt_token_mask is None else ib.prompt_token_mask[:n]
+    generators = {r: g for r, g in input_batch.generators.items() if r not in discard}
+    k = input_batch.num_logprobs[:n]
+    counts = None if input_batch.output_bin_counts is None else input_batch.output_bin_counts[:n]
+    mask = None if input_batch.prompt_token_mask is None else input_batch.prompt_token_mask[:n]
     return SamplingMetadata.from_arrays(
-        ib.temperature[:n], ib.top_p[:n], ib.top_k[:n], ib.min_p[:n], generators=generators,
-        masked_stop_token_ids=masked, max_num_logprobs=int(k.max()) if np.any(k >= 0) else None,
-        presence_penalties=ib.presence_penalties[:n],
-        frequency_penalties=ib.frequency_penalties[:n],
-        repetition_penalties=ib.repetition_penalties[:n], output_bin_counts=counts,
-        prompt_token_mask=mask, device=device)
+        input_batch.temperature[:n],
+        input_batch.top_p[:n],
+        input_batch.top_k[:n],
+        input_batch.min_p[:n],
+        generators=generators,
+        masked_stop_token_ids=masked,
+        max_num_logprobs=int(k.max()) if np.any(k >= 0) else None,
+        presence_penalties=input_batch.presence_penalties[:n],
+        frequency_penalties=input_batch.frequency_penalties[:n],
+        repetition_penalties=input_batch.repetition_penalties[:n],
+        output_bin_counts=counts,
+        prompt_token_mask=mask,
+        device=device,
+    )
 
 # %% ../../nbs/11_sampler.ipynb #c1680481
 def apply_min_tokens(logits: torch.Tensor,
@@ -222,27 +233,30 @@ class SamplerOutput:
 
 class Sampler(nn.Module):
     "Sample one token per row of logits under per-row sampling parameters (vLLM `Sampler`)."
-    def forward(self, logits: torch.Tensor, md: SamplingMetadata) -> SamplerOutput:
+    def forward(self, logits: torch.Tensor, metadata: SamplingMetadata) -> SamplerOutput:
         "Process the logits, sample one token per row; logprobs come from the raw logits."
         logits = logits.to(torch.float32)
-        raw_logprobs = None if md.max_num_logprobs is None else logits.log_softmax(dim=-1)
-        logits = apply_min_tokens(logits.clone(), md.masked_stop_token_ids)
-        if not md.no_penalties:
-            logits = apply_penalties(logits, md.prompt_token_mask, md.output_bin_counts,
-                                     md.presence_penalties, md.frequency_penalties,
-                                     md.repetition_penalties)
-        sampled = self.sample(logits, md)
-        lp = None if raw_logprobs is None else gather_logprobs(raw_logprobs, md.max_num_logprobs,
-                                                               sampled)
+        raw_logprobs = None if metadata.max_num_logprobs is None else logits.log_softmax(dim=-1)
+        logits = apply_min_tokens(logits.clone(), metadata.masked_stop_token_ids)
+        if not metadata.no_penalties:
+            logits = apply_penalties(logits, metadata.prompt_token_mask, metadata.output_bin_counts,
+                                     metadata.presence_penalties, metadata.frequency_penalties,
+                                     metadata.repetition_penalties)
+        sampled = self.sample(logits, metadata)
+        lp = (
+            None
+            if raw_logprobs is None
+            else gather_logprobs(raw_logprobs, metadata.max_num_logprobs, sampled)
+        )
         return SamplerOutput(sampled, lp)
 
-    def sample(self, logits: torch.Tensor, md: SamplingMetadata) -> torch.Tensor:
+    def sample(self, logits: torch.Tensor, metadata: SamplingMetadata) -> torch.Tensor:
         "Greedy tokens for greedy rows, exponential-race tokens for the others."
-        greedy = None if md.all_random else logits.argmax(dim=-1)
-        if md.all_greedy: return greedy
-        temperature = torch.where(md.is_greedy, 1.0, md.temperature)
+        greedy = None if metadata.all_random else logits.argmax(dim=-1)
+        if metadata.all_greedy: return greedy
+        temperature = torch.where(metadata.is_greedy, 1.0, metadata.temperature)
         logits = logits / temperature.unsqueeze(1)
-        if md.min_p is not None: logits = apply_min_p(logits, md.min_p)
-        logits = apply_top_k_top_p(logits, md.top_k, md.top_p, md.max_top_k)
-        random = random_sample(logits.softmax(dim=-1), md.generators)
-        return random if greedy is None else torch.where(md.is_greedy, greedy, random)
+        if metadata.min_p is not None: logits = apply_min_p(logits, metadata.min_p)
+        logits = apply_top_k_top_p(logits, metadata.top_k, metadata.top_p, metadata.max_top_k)
+        random = random_sample(logits.softmax(dim=-1), metadata.generators)
+        return random if greedy is None else torch.where(metadata.is_greedy, greedy, random)

@@ -98,10 +98,10 @@ class SamplerOutput:
 class Sampler(nn.Module):
     """Sample one token per row of logits under per-row sampling parameters (vLLM `Sampler`)."""
 
-    def forward(self, logits: torch.Tensor, md: SamplingMetadata) -> SamplerOutput:
+    def forward(self, logits: torch.Tensor, metadata: SamplingMetadata) -> SamplerOutput:
         """Process the logits, sample one token per row; logprobs come from the raw logits."""
         ...
 
-    def sample(self, logits: torch.Tensor, md: SamplingMetadata) -> torch.Tensor:
+    def sample(self, logits: torch.Tensor, metadata: SamplingMetadata) -> torch.Tensor:
         """Greedy tokens for greedy rows, exponential-race tokens for the others."""
         ...

@@ -4,6 +4,7 @@
 __all__ = ['make_paged_batch']
 
 # %% ../../nbs/12_paged_attention.ipynb #b041461a
+from ..core.kv_cache_manager import cdiv
 import os
 import torch
 # Triton only compiles for a GPU. On a CPU-only machine we switch on its interpreter (kernels then
@@ -20,7 +21,7 @@ def make_paged_batch(q_lens, ctx_lens, block_size=16, num_kv_heads=2, qpk=2, hea
     dtype = dtype or torch.float32
     g = torch.Generator().manual_seed(seed)
     seq_lens = [c + q for c, q in zip(ctx_lens, q_lens)]
-    nblk = [-(-s // block_size) for s in seq_lens]
+    nblk = [cdiv(s, block_size) for s in seq_lens]
     num_blocks = sum(nblk) + extra_blocks
     free = torch.randperm(num_blocks, generator=g).tolist()     # shuffled physical blocks
     bt = torch.zeros(len(q_lens), max(nblk), dtype=torch.int32)
@@ -38,7 +39,12 @@ def make_paged_batch(q_lens, ctx_lens, block_size=16, num_kv_heads=2, qpk=2, hea
     query = torch.randn(n, num_kv_heads * qpk, head_dim, generator=g).to(dtype)
     key, value = (torch.randn(n, num_kv_heads, head_dim, generator=g).to(dtype) for _ in range(2))
     qsl = torch.tensor([0] + torch.tensor(q_lens).cumsum(0).tolist(), dtype=torch.int32)
-    md = AttentionMetadata(qsl.to(device), torch.tensor(seq_lens, dtype=torch.int32, device=device),
-                           bt.to(device), torch.tensor(slots, dtype=torch.int64, device=device),
-                           max(q_lens), max(seq_lens))
-    return query.to(device), key.to(device), value.to(device), kv_cache.to(device), md
+    metadata = AttentionMetadata(
+        qsl.to(device),
+        torch.tensor(seq_lens, dtype=torch.int32, device=device),
+        bt.to(device),
+        torch.tensor(slots, dtype=torch.int64, device=device),
+        max(q_lens),
+        max(seq_lens),
+    )
+    return query.to(device), key.to(device), value.to(device), kv_cache.to(device), metadata

@@ -74,14 +74,14 @@ class FakeWorker:
 
 # %% ../../nbs/05_fake_worker.ipynb #42167396
 @patch
-def _update_states(self: FakeWorker, so: SchedulerOutput) -> None:
+def _update_states(self: FakeWorker, scheduler_output: SchedulerOutput) -> None:
     "Apply one `SchedulerOutput` to the worker's request states (vLLM's `_update_states`)."
-    for rid in so.finished_req_ids: self.requests.pop(rid, None)
-    for nr in so.scheduled_new_reqs:
+    for rid in scheduler_output.finished_req_ids: self.requests.pop(rid, None)
+    for nr in scheduler_output.scheduled_new_reqs:
         prompt = list(nr.prompt_token_ids)
         self.requests[nr.req_id] = WorkerRequestState(prompt, len(prompt), list(nr.block_ids),
                                                       nr.num_computed_tokens)
-    c = so.scheduled_cached_reqs
+    c = scheduler_output.scheduled_cached_reqs
     for i, rid in enumerate(c.req_ids):
         state = self.requests[rid]
         if rid in c.all_token_ids: state.token_ids = list(c.all_token_ids[rid])
@@ -90,11 +90,11 @@ def _update_states(self: FakeWorker, so: SchedulerOutput) -> None:
         state.num_computed_tokens = c.num_computed_tokens[i]
 
 @patch
-def execute_model(self: FakeWorker, so: SchedulerOutput) -> ModelRunnerOutput:
+def execute_model(self: FakeWorker, scheduler_output: SchedulerOutput) -> ModelRunnerOutput:
     "Update states, 'run' the step, and sample one token per request whose prompt is done."
-    self._update_states(so)
+    self._update_states(scheduler_output)
     samples = {}
-    for rid, n in so.num_scheduled_tokens.items():
+    for rid, n in scheduler_output.num_scheduled_tokens.items():
         state = self.requests[rid]
         state.num_computed_tokens += n
         done = state.num_computed_tokens >= len(state.token_ids)
@@ -113,29 +113,31 @@ def _new_blocks(e: ScheduledEntry, block_size: int) -> int:
 
 def step_log(scheduler: Scheduler, scheduler_output: SchedulerOutput, step: int) -> str:
     "The token-budget article's per-step debug record, computed right after `schedule()`."
-    so = scheduler_output
     lines = [f"step={step} token_budget={scheduler.max_num_scheduled_tokens} "
-             f"scheduled={so.total_num_scheduled_tokens}"]
-    for e in scheduled_entries(so):
+             f"scheduled={scheduler_output.total_num_scheduled_tokens}"]
+    for e in scheduled_entries(scheduler_output):
         debt = scheduler.requests[e.req_id].num_tokens_with_spec - e.num_computed_tokens
         new_blocks = _new_blocks(e, scheduler.block_size)
         lines.append(f"req={e.req_id} state={_STATE[e.kind]} debt={debt} "
                      f"grant={e.num_scheduled_tokens} new_blocks={new_blocks}")
     lines.append(f"waiting={len(scheduler.waiting)} running={len(scheduler.running)} "
-                 f"preempted={len(so.preempted_req_ids)} "
+                 f"preempted={len(scheduler_output.preempted_req_ids)} "
                  f"kv_usage={scheduler.kv_cache_manager.usage:.2f}")
     return "\n".join(lines)
 
 # %% ../../nbs/05_fake_worker.ipynb #c7b62f20
-def _check_step(s: Scheduler, so: SchedulerOutput) -> None:
+def _check_step(s: Scheduler, scheduler_output: SchedulerOutput) -> None:
     "Invariants of one step's decisions (call right after `schedule()`)."
-    grants = so.num_scheduled_tokens
-    assert so.total_num_scheduled_tokens == sum(grants.values()) <= s.max_num_scheduled_tokens, \
-        "token budget exceeded"
+    grants = scheduler_output.num_scheduled_tokens
+    assert (
+        scheduler_output.total_num_scheduled_tokens
+        == sum(grants.values())
+        <= s.max_num_scheduled_tokens
+    ), "token budget exceeded"
     assert all(n > 0 for n in grants.values()), f"non-positive grant: {grants}"
     assert len(s.running) <= s.max_num_running_reqs, "more running requests than max_num_seqs"
-    entries = scheduled_entries(so)
-    if so.preempted_req_ids:
+    entries = scheduled_entries(scheduler_output)
+    if scheduler_output.preempted_req_ids:
         assert all(e.kind == "running" for e in entries), "admitted in a step that preempted"
     for e in entries:
         r = s.requests[e.req_id]
@@ -270,18 +272,19 @@ def _entry_record(s: Scheduler, e: ScheduledEntry) -> dict:
             "is_prefill_chunk": r.num_computed_tokens < r.num_tokens,
             "block_ids": s.kv_cache_manager.get_block_ids(e.req_id)}
 
-def _schedule_record(s: Scheduler, so: SchedulerOutput, step: int, arrivals: list[str]) -> dict:
+def _schedule_record(s: Scheduler, scheduler_output: SchedulerOutput, step: int,
+                     arrivals: list[str]) -> dict:
     "The golden traces' record of one `schedule()`."
-    c = so.scheduled_cached_reqs
+    c = scheduler_output.scheduled_cached_reqs
     return {"step": step, "arrivals": arrivals,
-            "total_num_scheduled_tokens": so.total_num_scheduled_tokens,
-            "num_scheduled_tokens": dict(so.num_scheduled_tokens),
-            "scheduled": [_entry_record(s, e) for e in scheduled_entries(so)],
-            "scheduled_new_req_ids": [nr.req_id for nr in so.scheduled_new_reqs],
+            "total_num_scheduled_tokens": scheduler_output.total_num_scheduled_tokens,
+            "num_scheduled_tokens": dict(scheduler_output.num_scheduled_tokens),
+            "scheduled": [_entry_record(s, e) for e in scheduled_entries(scheduler_output)],
+            "scheduled_new_req_ids": [nr.req_id for nr in scheduler_output.scheduled_new_reqs],
             "scheduled_cached_req_ids": list(c.req_ids),
             "resumed_req_ids": sorted(c.resumed_req_ids),
-            "preempted_req_ids": sorted(so.preempted_req_ids),
-            "finished_req_ids": sorted(so.finished_req_ids),
+            "preempted_req_ids": sorted(scheduler_output.preempted_req_ids),
+            "finished_req_ids": sorted(scheduler_output.finished_req_ids),
             "kv_after_schedule": _kv_state(s), "queues_after_schedule": _queues(s)}
 
 # %% ../../nbs/05_fake_worker.ipynb #65e69f02
@@ -321,16 +324,16 @@ def run_workload(workload: dict, check: bool = True, log: list[str] | None = Non
         if not s.has_requests():
             if not pending: break
             steps.append({"step": step, "idle": True, "arrivals": arrivals}); continue
-        so = s.schedule()
-        if check: check_invariants(s, so)
-        if log is not None: log.append(step_log(s, so, step))
-        rec = _schedule_record(s, so, step, arrivals)
+        scheduler_output = s.schedule()
+        if check: check_invariants(s, scheduler_output)
+        if log is not None: log.append(step_log(s, scheduler_output, step))
+        rec = _schedule_record(s, scheduler_output, step, arrivals)
         for e in rec["scheduled"]:
             if e["kind"] == "running": continue
             first_admission.setdefault(e["req_id"], {"step": step,
                                                      "prefix_hit_tokens": e["prefix_hit_tokens"]})
-        mro = w.execute_model(so)
-        _update_record(s, rec, mro, s.update_from_output(so, mro), step, finish)
+        mro = w.execute_model(scheduler_output)
+        _update_record(s, rec, mro, s.update_from_output(scheduler_output, mro), step, finish)
         if check: check_invariants(s, worker=w)
         steps.append(rec)
     else: raise RuntimeError(f"workload did not finish in {max_steps} steps")

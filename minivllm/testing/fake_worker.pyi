@@ -46,11 +46,11 @@ class FakeWorker:
         """Output number `k` of `req_id`: the listed token if any, else `base + req_stride*i + k`."""
         ...
 
-    def _update_states(self: FakeWorker, so: SchedulerOutput) -> None:
+    def _update_states(self: FakeWorker, scheduler_output: SchedulerOutput) -> None:
         """Apply one `SchedulerOutput` to the worker's request states (vLLM's `_update_states`)."""
         ...
 
-    def execute_model(self: FakeWorker, so: SchedulerOutput) -> ModelRunnerOutput:
+    def execute_model(self: FakeWorker, scheduler_output: SchedulerOutput) -> ModelRunnerOutput:
         """Update states, 'run' the step, and sample one token per request whose prompt is done."""
         ...
 _STATE = {'new': 'WAITING', 'resumed': 'PREEMPTED', 'running': 'RUNNING'}
@@ -63,7 +63,7 @@ def step_log(scheduler: Scheduler, scheduler_output: SchedulerOutput, step: int)
     """The token-budget article's per-step debug record, computed right after `schedule()`."""
     ...
 
-def _check_step(s: Scheduler, so: SchedulerOutput) -> None:
+def _check_step(s: Scheduler, scheduler_output: SchedulerOutput) -> None:
     """Invariants of one step's decisions (call right after `schedule()`)."""
     ...
 
@@ -112,7 +112,7 @@ def _entry_record(s: Scheduler, e: ScheduledEntry) -> dict:
     """One scheduled request, in the golden traces' format."""
     ...
 
-def _schedule_record(s: Scheduler, so: SchedulerOutput, step: int, arrivals: list[str]) -> dict:
+def _schedule_record(s: Scheduler, scheduler_output: SchedulerOutput, step: int, arrivals: list[str]) -> dict:
     """The golden traces' record of one `schedule()`."""
     ...
 _STATS_KEYS = ('requests', 'queries', 'hits', 'preempted_requests', 'preempted_queries', 'preempted_hits')

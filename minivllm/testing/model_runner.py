@@ -35,17 +35,17 @@ class HistoryModel(nn.Module):
 # %% ../../nbs/14_model_runner.ipynb #250bb3f9
 @patch
 def forward(self: HistoryModel, input_ids: torch.Tensor, positions: torch.Tensor,
-            md: AttentionMetadata) -> torch.Tensor:
+            metadata: AttentionMetadata) -> torch.Tensor:
     "Write the ids at their slots; return each token's history hash (mod vocab), `[num_tokens, 1]`."
     cache = self.kv_caches[0]
     block_size = cache.shape[2]
-    slots = md.slot_mapping[md.slot_mapping >= 0]
+    slots = metadata.slot_mapping[metadata.slot_mapping >= 0]
     cache[slots // block_size, 0, slots % block_size, 0,
-          0] = input_ids[md.slot_mapping >= 0].to(cache.dtype)
+          0] = input_ids[metadata.slot_mapping >= 0].to(cache.dtype)
     hidden = torch.empty(len(input_ids), 1, dtype=torch.float32, device=input_ids.device)
-    qsl, seq_lens = md.query_start_loc.tolist(), md.seq_lens.tolist()
+    qsl, seq_lens = metadata.query_start_loc.tolist(), metadata.seq_lens.tolist()
     for i, seq_len in enumerate(seq_lens):
-        blocks = md.block_table[i, :math.ceil(seq_len / block_size)].long()
+        blocks = metadata.block_table[i, :math.ceil(seq_len / block_size)].long()
         history = cache[blocks, 0, :, 0, 0].reshape(-1)[:seq_len]
         n = qsl[i + 1] - qsl[i]
         hidden[qsl[i]:qsl[i + 1],

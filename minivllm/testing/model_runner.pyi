@@ -26,7 +26,7 @@ class HistoryModel(nn.Module):
         """Running hash of a token sequence: entry i covers tokens 0..i."""
         ...
 
-    def forward(self: HistoryModel, input_ids: torch.Tensor, positions: torch.Tensor, md: AttentionMetadata) -> torch.Tensor:
+    def forward(self: HistoryModel, input_ids: torch.Tensor, positions: torch.Tensor, metadata: AttentionMetadata) -> torch.Tensor:
         """Write the ids at their slots; return each token's history hash (mod vocab), `[num_tokens, 1]`."""
         ...
 

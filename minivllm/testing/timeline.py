@@ -34,10 +34,10 @@ def run_with_recorder(scheduler: Scheduler, worker=None, recorder: TimelineRecor
         if not scheduler.has_requests():
             if not pending: return rec
             rec.idle(); continue
-        so = scheduler.schedule()
-        if check: check_invariants(scheduler, so)
-        eco = scheduler.update_from_output(so, worker.execute_model(so))
-        rec(scheduler, so, eco)
+        scheduler_output = scheduler.schedule()
+        if check: check_invariants(scheduler, scheduler_output)
+        eco = scheduler.update_from_output(scheduler_output, worker.execute_model(scheduler_output))
+        rec(scheduler, scheduler_output, eco)
         if check: check_invariants(scheduler, worker=worker)
     raise RuntimeError(f"requests left after {max_steps} steps")
 

@@ -25,7 +25,7 @@ def example_request(rid: str, prompt: int | list[int], max_tokens: int = 4, arri
 
 def example_workload(name: str, requests: list[dict], max_model_len: int | None = None,
                      **config) -> dict:
-    "A worked example as a workload: chapter 14's defaults, fresh ids for prompts given by length."
+    "A worked example as a workload: chapter 30's defaults, fresh ids for prompts given by length."
     cfg = {**EXAMPLE_CONFIG, **config}
     cfg["max_model_len"] = max_model_len or min(64, (cfg["num_blocks"] - 1) * cfg["block_size"])
     next_id, reqs = 20_000, []
@@ -170,12 +170,17 @@ class HoldsTap:
     def __init__(self, worker, req_ids: list[str]):
         self.worker, self.req_ids, self.steps = worker, req_ids, []
 
-    def __call__(self, scheduler, so, eco):
+    def __call__(self, scheduler, scheduler_output, eco):
         held = getattr(self.worker, "requests", {})
-        self.steps.append(dict(step=len(self.steps), scheduled=so.total_num_scheduled_tokens,
-                               finished_req_ids=sorted(so.finished_req_ids),
-                               scheduler={r: r in scheduler.requests for r in self.req_ids},
-                               worker={r: r in held for r in self.req_ids}))
+        self.steps.append(
+            dict(
+                step=len(self.steps),
+                scheduled=scheduler_output.total_num_scheduled_tokens,
+                finished_req_ids=sorted(scheduler_output.finished_req_ids),
+                scheduler={r: r in scheduler.requests for r in self.req_ids},
+                worker={r: r in held for r in self.req_ids},
+            )
+        )
 
 def plot_cleanup(steps: list[dict], req_id: str, title: str, label: str):
     "E14's figure: per step, who holds `req_id` (scheduler, worker) and what the output carries."

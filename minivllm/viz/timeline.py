@@ -171,12 +171,12 @@ def step_batch_inputs(recorder: TimelineRecorder, step: int) -> tuple:
     reqs = rec.scheduled
     max_len = max(r.num_computed_after for r in reqs)
     bs = recorder.settings["block_size"]
-    ib = InputBatch(len(reqs), max_len, max(rec.total_scheduled, 1), bs)
+    input_batch = InputBatch(len(reqs), max_len, max(rec.total_scheduled, 1), bs)
     for r in reqs:   # earlier tokens are not needed to flatten this step
         tokens = [0] * r.num_computed_before + r.input_token_ids
-        ib.add_request(CachedRequestState(r.req_id, tokens, None, None, list(r.block_ids),
+        input_batch.add_request(CachedRequestState(r.req_id, tokens, None, None, list(r.block_ids),
                                           r.num_computed_before))
-    return ib.req_ids, prepare_inputs(ib, np.array([r.grant for r in reqs]))
+    return input_batch.req_ids, prepare_inputs(input_batch, np.array([r.grant for r in reqs]))
 
 # %% ../../nbs/22_timeline.ipynb #66f1050b
 def plot_prepare_inputs(batch_inputs, req_ids: list[str] | None = None,
@@ -185,28 +185,56 @@ def plot_prepare_inputs(batch_inputs, req_ids: list[str] | None = None,
     "Figure 5: one column per flattened token: request index, offset, position, input id, slot."
     import matplotlib.pyplot as plt
     from matplotlib.patches import Rectangle
-    bi = batch_inputs
-    n = min(bi.num_tokens, max_tokens)
-    starts = np.repeat(bi.positions[bi.query_start_loc[:-1]], np.diff(bi.query_start_loc))
-    rows = [("req index", bi.req_indices), ("offset", bi.positions - starts),
-            ("position", bi.positions), ("input id", bi.input_ids), ("slot", bi.slot_mapping)]
-    if max_model_len: rows.insert(3, ("token index", bi.positions + bi.req_indices * max_model_len))
+    n = min(batch_inputs.num_tokens, max_tokens)
+    starts = np.repeat(batch_inputs.positions[batch_inputs.query_start_loc[:-1]],
+                       np.diff(batch_inputs.query_start_loc))
+    rows = [
+        ("req index", batch_inputs.req_indices),
+        ("offset", batch_inputs.positions - starts),
+        ("position", batch_inputs.positions),
+        ("input id", batch_inputs.input_ids),
+        ("slot", batch_inputs.slot_mapping),
+    ]
+    if max_model_len:
+        rows.insert(
+            3, ("token index", batch_inputs.positions + batch_inputs.req_indices * max_model_len)
+        )
     cmap = plt.get_cmap("tab10")
     fig, ax = plt.subplots(figsize=(max(6.5, 2.2 + 0.55 * n), 0.5 * len(rows) + 1.6))
     for y, (name, vals) in enumerate(rows):
         ax.text(-0.2, -y + 0.45, name, ha="right", va="center", fontsize=8)
         for x in range(n):
-            ax.add_patch(Rectangle((x, -y), 0.95, 0.9, facecolor=cmap(int(bi.req_indices[x]) % 10),
-                                   alpha=0.35, edgecolor="black", linewidth=0.5))
+            ax.add_patch(
+                Rectangle(
+                    (x, -y),
+                    0.95,
+                    0.9,
+                    facecolor=cmap(int(batch_inputs.req_indices[x]) % 10),
+                    alpha=0.35,
+                    edgecolor="black",
+                    linewidth=0.5,
+                )
+            )
             ax.text(x + 0.47, -y + 0.45, str(int(vals[x])), ha="center", va="center", fontsize=7)
-    for q in bi.query_start_loc:
+    for q in batch_inputs.query_start_loc:
         if q <= n: ax.axvline(q - 0.025, color="black", lw=1.5)
-    names = req_ids or [str(i) for i in range(len(bi.seq_lens))]
-    for i, (a, b) in enumerate(zip(bi.query_start_loc[:-1], bi.query_start_loc[1:])):
-        if a < n: ax.text((a + min(b, n)) / 2, 1.05 + 0.4 * (i % 2),
-                          f"{names[i]} (seq_len {int(bi.seq_lens[i])})", ha="center", fontsize=7)
-    more = f" (first {n} of {bi.num_tokens} tokens)" if n < bi.num_tokens else ""
-    ax.set_title(f"{title}: query_start_loc {bi.query_start_loc.tolist()}{more}", fontsize=9)
+    names = req_ids or [str(i) for i in range(len(batch_inputs.seq_lens))]
+    for i, (a, b) in enumerate(zip(batch_inputs.query_start_loc[:-1],
+                                   batch_inputs.query_start_loc[1:])):
+        if a < n:
+            ax.text(
+                (a + min(b, n)) / 2,
+                1.05 + 0.4 * (i % 2),
+                f"{names[i]} (seq_len {int(batch_inputs.seq_lens[i])})",
+                ha="center",
+                fontsize=7,
+            )
+    more = (
+        f" (first {n} of {batch_inputs.num_tokens} tokens)" if n < batch_inputs.num_tokens else ""
+    )
+    ax.set_title(
+        f"{title}: query_start_loc {batch_inputs.query_start_loc.tolist()}{more}", fontsize=9
+    )
     ax.set_xlim(-2.6, max(n + 0.2, 9)); ax.set_ylim(-len(rows) + 0.8, 1.9); ax.axis("off")
     fig.tight_layout(rect=(0, 0.07, 1, 1))
     if recorder is not None: _caption(fig, recorder)

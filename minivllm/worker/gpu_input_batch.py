@@ -4,6 +4,7 @@
 
 # %% ../../nbs/10_input_batch.ipynb #0b81b347
 from __future__ import annotations
+from ..core.kv_cache_manager import cdiv
 import heapq
 from dataclasses import dataclass, field
 
@@ -68,7 +69,7 @@ class InputBatch:
         self.num_tokens_no_spec = np.zeros(max_num_reqs, dtype=np.int32)
         self.num_prompt_tokens = np.zeros(max_num_reqs, dtype=np.int32)
         self.num_computed_tokens_cpu = np.zeros(max_num_reqs, dtype=np.int32)
-        self.block_table = BlockTable(max_num_reqs, -(-max_model_len // block_size),
+        self.block_table = BlockTable(max_num_reqs, cdiv(max_model_len, block_size),
                                       max_num_batched_tokens, block_size)
         # per-row sampling state, on the host: the sampler's branches are decided from these
         f32 = lambda v: np.full(max_num_reqs, v, dtype=np.float32)

@@ -1,5 +1,6 @@
 """`CachedRequestState`, `BlockTable`, `InputBatch`, `update_states` and `prepare_inputs`: how the worker turns a `SchedulerOutput` into flat model inputs."""
 from __future__ import annotations
+from ..core.kv_cache_manager import cdiv
 import heapq
 from dataclasses import dataclass, field
 import numpy as np

@@ -59,30 +59,37 @@ def _tensor(self: ModelRunner, a: np.ndarray, dtype=None) -> torch.Tensor:
     return to_device(a, self.device, dtype)
 
 @patch
-def build_attn_metadata(self: ModelRunner, bi: BatchInputs) -> AttentionMetadata:
+def build_attn_metadata(self: ModelRunner, batch_inputs: BatchInputs) -> AttentionMetadata:
     "Attention metadata (tensors on the device) for one step's flat inputs."
-    block_table = self.input_batch.block_table.block_table[:len(bi.seq_lens)]
-    return to_attn_metadata(bi.query_start_loc, bi.seq_lens, block_table, bi.slot_mapping,
-                            self.device)
+    block_table = self.input_batch.block_table.block_table[:len(batch_inputs.seq_lens)]
+    return to_attn_metadata(
+        batch_inputs.query_start_loc,
+        batch_inputs.seq_lens,
+        block_table,
+        batch_inputs.slot_mapping,
+        self.device,
+    )
 
 # %% ../../nbs/14_model_runner.ipynb #cb265666
 # positions per compute_logits call: 512 x a 152k vocab x fp32 = 311 MB
 PROMPT_LOGPROBS_CHUNK = 512
 
 @patch
-def _prompt_logprobs_plan(self: ModelRunner, bi: BatchInputs,
+def _prompt_logprobs_plan(self: ModelRunner, batch_inputs: BatchInputs,
                           num_scheduled: np.ndarray) -> list[tuple]:
     "Per row owing prompt logprobs: (req_id, k, flat token indices, next prompt ids, completes)."
-    ib, plan = self.input_batch, []
-    for row, req_id in enumerate(ib.req_ids):
+    input_batch, plan = self.input_batch, []
+    for row, req_id in enumerate(input_batch.req_ids):
         k = self.num_prompt_logprobs.get(req_id)
         if k is None: continue
-        start, n_prompt = int(ib.num_computed_tokens_cpu[row]), int(ib.num_prompt_tokens[row])
+        start, n_prompt = int(input_batch.num_computed_tokens_cpu[row]), int(
+            input_batch.num_prompt_tokens[row]
+        )
         # positions with a next prompt token
         num_logits = min(int(num_scheduled[row]), n_prompt - 1 - start)
         if start == 0: self.in_progress_prompt_logprobs[req_id] = LogprobsLists()  # (re)started
-        flat = int(bi.query_start_loc[row]) + np.arange(max(num_logits, 0))
-        targets = ib.token_ids_cpu[row, start + 1:start + 1 + max(num_logits, 0)]
+        flat = int(batch_inputs.query_start_loc[row]) + np.arange(max(num_logits, 0))
+        targets = input_batch.token_ids_cpu[row, start + 1:start + 1 + max(num_logits, 0)]
         plan.append((req_id, k, flat, targets, start + int(num_scheduled[row]) >= n_prompt))
     return plan
 
@@ -148,26 +155,34 @@ def execute_model(self: ModelRunner, scheduler_output) -> ModelRunnerOutput:
     update_states(self.requests, self.input_batch, scheduler_output, self.device)
     self._start_prompt_logprobs(scheduler_output)
     if scheduler_output.total_num_scheduled_tokens == 0: return EMPTY_MODEL_RUNNER_OUTPUT
-    ib = self.input_batch
-    num_scheduled = np.array([scheduler_output.num_scheduled_tokens[r] for r in ib.req_ids])
-    bi = prepare_inputs(ib, num_scheduled)
-    hidden = self.model(self._tensor(bi.input_ids, torch.int64),
-                        self._tensor(bi.positions, torch.int64),
-                        self.build_attn_metadata(bi))
-    logits = self.model.compute_logits(hidden[self._tensor(bi.logits_indices)])
-    out = self.sampler(logits, make_sampling_metadata(ib, bi.discard_request_indices, self.device))
-    plan = self._prompt_logprobs_plan(bi, num_scheduled) if self.num_prompt_logprobs else []
+    input_batch = self.input_batch
+    num_scheduled = np.array(
+        [scheduler_output.num_scheduled_tokens[r] for r in input_batch.req_ids]
+    )
+    batch_inputs = prepare_inputs(input_batch, num_scheduled)
+    hidden = self.model(self._tensor(batch_inputs.input_ids, torch.int64),
+                        self._tensor(batch_inputs.positions, torch.int64),
+                        self.build_attn_metadata(batch_inputs))
+    logits = self.model.compute_logits(hidden[self._tensor(batch_inputs.logits_indices)])
+    out = self.sampler(
+        logits,
+        make_sampling_metadata(input_batch, batch_inputs.discard_request_indices, self.device),
+    )
+    plan = self._prompt_logprobs_plan(batch_inputs,
+                                      num_scheduled) if self.num_prompt_logprobs else []
     prompt_lp = self._compute_prompt_logprobs(hidden, plan)
     lt = out.logprobs_tensors
     lp_parts = [] if lt is None else [lt.logprob_token_ids, lt.logprobs, lt.selected_token_ranks]
     host = to_host([out.sampled_token_ids, *lp_parts, *(prompt_lp or [])])   # the one sync
-    sampled = bookkeeping_sync(self.requests, ib, host[0], bi.discard_request_indices)
+    sampled = bookkeeping_sync(self.requests, input_batch, host[0],
+                               batch_inputs.discard_request_indices)
     logprobs = None
     if lt is not None:
-        ks = [int(k) if toks else -1 for k, toks in zip(ib.num_logprobs[:ib.num_reqs], sampled)]
+        ks = [int(k) if toks else -1 for k,
+              toks in zip(input_batch.num_logprobs[:input_batch.num_reqs], sampled)]
         logprobs = LogprobsLists([r[:k + 1] for r, k in zip(host[1], ks)],
                                  [r[:k + 1] for r, k in zip(host[2], ks)], host[3])
     prompt_logprobs = self._deliver_prompt_logprobs(plan, host[-3:] if prompt_lp else [[], [], []])
-    req_ids = ib.req_ids
+    req_ids = input_batch.req_ids
     return ModelRunnerOutput(req_ids, {r: i for i, r in enumerate(req_ids)}, sampled, logprobs,
                              prompt_logprobs)

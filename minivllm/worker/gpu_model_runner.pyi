@@ -24,11 +24,11 @@ class ModelRunner:
         """A numpy array as a tensor on the runner's device (pinned, non-blocking copy on CUDA)."""
         ...
 
-    def build_attn_metadata(self: ModelRunner, bi: BatchInputs) -> AttentionMetadata:
+    def build_attn_metadata(self: ModelRunner, batch_inputs: BatchInputs) -> AttentionMetadata:
         """Attention metadata (tensors on the device) for one step's flat inputs."""
         ...
 
-    def _prompt_logprobs_plan(self: ModelRunner, bi: BatchInputs, num_scheduled: np.ndarray) -> list[tuple]:
+    def _prompt_logprobs_plan(self: ModelRunner, batch_inputs: BatchInputs, num_scheduled: np.ndarray) -> list[tuple]:
         """Per row owing prompt logprobs: (req_id, k, flat token indices, next prompt ids, completes)."""
         ...
 

@@ -11,6 +11,7 @@ __all__ = ['KERNEL_CONFIGS', 'MIN_DOT', 'SPLIT_KV_NUM_SEGMENTS', 'SPLIT_KV_MAX_P
            'get_attn_backend']
 
 # %% ../../../nbs/12_paged_attention.ipynb #da941e75
+from ...core.kv_cache_manager import cdiv
 import contextlib, os
 from dataclasses import dataclass
 import numpy as np
@@ -60,9 +61,9 @@ def make_attn_metadata(block_tables, num_computed_tokens, num_scheduled_tokens, 
     req_indices, positions = compute_positions(num_computed, num_scheduled)
     slot_mapping = table.compute_slot_mapping(req_indices, positions)
     query_start_loc = np.concatenate([[0], np.cumsum(num_scheduled)])
-    md = to_attn_metadata(query_start_loc, num_computed + num_scheduled, table.block_table,
+    metadata = to_attn_metadata(query_start_loc, num_computed + num_scheduled, table.block_table,
                           slot_mapping, device)
-    return torch.from_numpy(positions).to(device), md
+    return torch.from_numpy(positions).to(device), metadata
 
 # %% ../../../nbs/12_paged_attention.ipynb #623fe5f6
 def reshape_and_cache_ref(key, value, kv_cache, slot_mapping):
@@ -74,16 +75,16 @@ def reshape_and_cache_ref(key, value, kv_cache, slot_mapping):
     kv_cache[blk, 1, off] = value[keep].to(kv_cache.dtype)
 
 # %% ../../../nbs/12_paged_attention.ipynb #299c0465
-def paged_attention_ref(query, kv_cache, md, scale):
+def paged_attention_ref(query, kv_cache, metadata, scale):
     "Reference paged attention: one request at a time, in fp32, straight from the definition."
     out = torch.zeros_like(query)
     _, _, bs, hkv, d = kv_cache.shape
     g = query.shape[1] // hkv
-    qsl, sl = md.query_start_loc.tolist(), md.seq_lens.tolist()
+    qsl, sl = metadata.query_start_loc.tolist(), metadata.seq_lens.tolist()
     for i, seq_len in enumerate(sl):
         q0, q1 = qsl[i], qsl[i + 1]
         if q1 == q0: continue
-        blocks = md.block_table[i, :-(-seq_len // bs)].long()
+        blocks = metadata.block_table[i, :cdiv(seq_len, bs)].long()
         k = kv_cache[blocks, 0].reshape(-1, hkv, d)[:seq_len].float().repeat_interleave(g, 1)
         v = kv_cache[blocks, 1].reshape(-1, hkv, d)[:seq_len].float().repeat_interleave(g, 1)
         s = torch.einsum("qhd,khd->hqk", query[q0:q1].float(), k) * scale
@@ -262,28 +263,52 @@ def check_dot_shapes(block_m: int, tile: int, head_dim: int):
         if v & (v - 1): raise ValueError(f"{name} = {v} must be a power of two")
 
 # %% ../../../nbs/12_paged_attention.ipynb #d5e2d865
-def unified_attention(query, kv_cache, md, scale, out=None, config: KernelConfig | None = None):
+def unified_attention(query, kv_cache, metadata, scale, out=None,
+                      config: KernelConfig | None = None):
     "Triton paged attention for a packed batch mixing prefills, chunks, prefix hits and decodes."
     n, hq, d = query.shape
     _, _, bs, hkv, _ = kv_cache.shape
     qpk = hq // hkv
     assert hq % hkv == 0 and query.stride(2) == 1 and kv_cache.stride(4) == 1
-    cfg = config or kernel_config("prefill" if md.max_query_len > 1 else "decode", query.dtype, d)
+    cfg = config or kernel_config("prefill" if metadata.max_query_len > 1 else "decode",
+                                  query.dtype, d)
     block_m = max(cfg.block_m, triton.next_power_of_2(qpk))
     check_dot_shapes(block_m, cfg.tile, d)
     block_q = block_m // qpk
     if out is None: out = torch.zeros_like(query)
-    num_seqs = md.seq_lens.shape[0]
+    num_seqs = metadata.seq_lens.shape[0]
     if n == 0 or num_seqs == 0: return out
     interp = os.environ.get("TRITON_INTERPRET") == "1"
     with _on_device(query):
         _unified_attention_kernel[(n // block_q + num_seqs, hkv)](
-            query, kv_cache, out, md.query_start_loc, md.seq_lens, md.block_table, scale, num_seqs,
-            query.stride(0), query.stride(1), out.stride(0), out.stride(1), kv_cache.stride(0),
-            kv_cache.stride(1), kv_cache.stride(2), kv_cache.stride(3), md.block_table.stride(0),
-            QPK=qpk, BLOCK_M=block_m, BLOCK_Q=block_q, TILE=cfg.tile, BLOCK_SIZE=bs, HEAD_DIM=d,
-            HEAD_PAD=triton.next_power_of_2(d), UPCAST=interp, IEEE=query.dtype == torch.float32,
-            num_warps=cfg.num_warps)
+            query,
+            kv_cache,
+            out,
+            metadata.query_start_loc,
+            metadata.seq_lens,
+            metadata.block_table,
+            scale,
+            num_seqs,
+            query.stride(0),
+            query.stride(1),
+            out.stride(0),
+            out.stride(1),
+            kv_cache.stride(0),
+            kv_cache.stride(1),
+            kv_cache.stride(2),
+            kv_cache.stride(3),
+            metadata.block_table.stride(0),
+            QPK=qpk,
+            BLOCK_M=block_m,
+            BLOCK_Q=block_q,
+            TILE=cfg.tile,
+            BLOCK_SIZE=bs,
+            HEAD_DIM=d,
+            HEAD_PAD=triton.next_power_of_2(d),
+            UPCAST=interp,
+            IEEE=query.dtype == torch.float32,
+            num_warps=cfg.num_warps,
+        )
     return out
 
 # %% ../../../nbs/12_paged_attention.ipynb #4cebbcb2
@@ -365,13 +390,13 @@ def _split_kv_workspace(device, num_seqs, num_heads, num_kv_heads, head_pad):
         _split_kv_workspaces[key] = ws
     return ws
 
-def split_kv_decode_attention(query, kv_cache, md, scale, out=None,
+def split_kv_decode_attention(query, kv_cache, metadata, scale, out=None,
                               config: KernelConfig | None = None):
     "Triton paged attention for a decode-only batch, parallel over KV segments, then a reduce."
     n, hq, d = query.shape
     _, _, bs, hkv, _ = kv_cache.shape
-    qpk, num_seqs, head_pad = hq // hkv, md.seq_lens.shape[0], triton.next_power_of_2(d)
-    assert md.max_query_len <= 1, "split-KV serves decode-only batches"
+    qpk, num_seqs, head_pad = hq // hkv, metadata.seq_lens.shape[0], triton.next_power_of_2(d)
+    assert metadata.max_query_len <= 1, "split-KV serves decode-only batches"
     cfg = config or kernel_config("split_kv", query.dtype, d)
     block_m = max(cfg.block_m, triton.next_power_of_2(qpk))
     check_dot_shapes(block_m, cfg.tile, d)
@@ -380,23 +405,45 @@ def split_kv_decode_attention(query, kv_cache, md, scale, out=None,
     acc, m, l = _split_kv_workspace(query.device, num_seqs, hq, hkv, head_pad)
     with _on_device(query):
         _split_kv_decode_kernel[(num_seqs, hkv, SPLIT_KV_NUM_SEGMENTS)](
-            query, kv_cache, md.query_start_loc, md.seq_lens, md.block_table, scale, acc, m, l, hq,
-            query.stride(0), query.stride(1), *kv_cache.stride()[:4], md.block_table.stride(0),
-            QPK=qpk, BLOCK_M=block_m, TILE=cfg.tile,
-            BLOCK_SIZE=bs, HEAD_DIM=d, HEAD_PAD=head_pad, NUM_SEGMENTS=SPLIT_KV_NUM_SEGMENTS,
-            UPCAST=os.environ.get("TRITON_INTERPRET") == "1", IEEE=query.dtype == torch.float32,
-            num_warps=cfg.num_warps)
+            query,
+            kv_cache,
+            metadata.query_start_loc,
+            metadata.seq_lens,
+            metadata.block_table,
+            scale,
+            acc,
+            m,
+            l,
+            hq,
+            query.stride(0),
+            query.stride(1),
+            *kv_cache.stride()[:4],
+            metadata.block_table.stride(0),
+            QPK=qpk,
+            BLOCK_M=block_m,
+            TILE=cfg.tile,
+            BLOCK_SIZE=bs,
+            HEAD_DIM=d,
+            HEAD_PAD=head_pad,
+            NUM_SEGMENTS=SPLIT_KV_NUM_SEGMENTS,
+            UPCAST=os.environ.get("TRITON_INTERPRET") == "1",
+            IEEE=query.dtype == torch.float32,
+            num_warps=cfg.num_warps
+        )
         _reduce_segments_kernel[(num_seqs, hq)](
-            out, md.query_start_loc, acc, m, l, hq, out.stride(0), out.stride(1),
+            out, metadata.query_start_loc, acc, m, l, hq, out.stride(0), out.stride(1),
             HEAD_DIM=d, HEAD_PAD=head_pad, NUM_SEGMENTS=SPLIT_KV_NUM_SEGMENTS)
     return out
 
 # %% ../../../nbs/12_paged_attention.ipynb #aa1ed583
-def triton_paged_attention(query, kv_cache, md, scale, out=None):
+def triton_paged_attention(query, kv_cache, metadata, scale, out=None):
     "Triton paged attention: split-KV for small decode-only batches, else the unified 2D kernel."
-    if md.max_query_len <= 1 and md.seq_lens.shape[0] * kv_cache.shape[3] <= SPLIT_KV_MAX_PROGRAMS:
-        return split_kv_decode_attention(query, kv_cache, md, scale, out)
-    return unified_attention(query, kv_cache, md, scale, out)
+    if (
+        metadata.max_query_len <= 1
+        and metadata.seq_lens.shape[0] * kv_cache.shape[3] <= SPLIT_KV_MAX_PROGRAMS
+    ):
+        return split_kv_decode_attention(query, kv_cache, metadata, scale, out)
+    return unified_attention(query, kv_cache, metadata, scale, out)
 
 # %% ../../../nbs/12_paged_attention.ipynb #4c92be63
 TORCH_GATHER_BUDGET = 1 << 21  # bytes of K/V gathered per bucket: 2 MiB stays in a core's L2 cache
@@ -417,24 +464,24 @@ def _buckets(q_lens, seq_lens, row_bytes, slack=2.0, budget=TORCH_GATHER_BUDGET)
     return out
 
 # %% ../../../nbs/12_paged_attention.ipynb #4f7f52f2
-def _torch_plan(md, block_size, qpk, row_bytes, budget):
+def _torch_plan(metadata, block_size, qpk, row_bytes, budget):
     "Per-bucket gather indices and masks for `torch_paged_attention`, built once per step."
-    ts = (md.query_start_loc, md.seq_lens, md.block_table)
+    ts = (metadata.query_start_loc, metadata.seq_lens, metadata.block_table)
     # in-place edits bump _version
     key = (block_size, qpk, row_bytes, budget, tuple(t._version for t in ts))
-    cached = md.__dict__.get("_torch_plan")
+    cached = metadata.__dict__.get("_torch_plan")
     if cached is not None and cached[0] == key and all(a is b for a, b in zip(cached[1], ts)):
         return cached[2]
-    starts, sl = md.query_start_loc.tolist(), md.seq_lens.tolist()
+    starts, sl = metadata.query_start_loc.tolist(), metadata.seq_lens.tolist()
     ql = [b - a for a, b in zip(starts[:-1], starts[1:])]
-    dev, plan = md.block_table.device, []
+    dev, plan = metadata.block_table.device, []
     ar = torch.arange(max(sl + ql + [0]) + block_size, device=dev)
     for idx in _buckets(ql, sl, row_bytes, budget=budget):
         B, mq, ml = len(idx), max(ql[i] for i in idx), max(sl[i] for i in idx)
-        nblk = -(-ml // block_size); Lp = nblk * block_size
+        nblk = cdiv(ml, block_size); Lp = nblk * block_size
         idx_t = torch.tensor(idx, device=dev)
-        blocks = md.block_table[idx_t, :nblk].flatten().long()
-        s0, slt = md.query_start_loc[idx_t].long(), md.seq_lens[idx_t].long()
+        blocks = metadata.block_table[idx_t, :nblk].flatten().long()
+        s0, slt = metadata.query_start_loc[idx_t].long(), metadata.seq_lens[idx_t].long()
         if mq == 1:                                                     # decodes
             plan.append((B, 1, nblk, blocks, s0, s0, None, (ar[:Lp] < slt[:, None])[None, :, None]))
             continue
@@ -446,17 +493,17 @@ def _torch_plan(md, block_size, qpk, row_bytes, budget):
         # [1,B,mq*qpk,Lp]
         mask = ((ar[:Lp] <= qpos[:, :, None]) & (ar[:Lp] < slt[:, None, None]))[None]
         plan.append((B, mq, nblk, blocks, tok.clamp(max=starts[-1] - 1), tok[tok_ok], tok_ok, mask))
-    md.__dict__["_torch_plan"] = (key, ts, plan)
+    metadata.__dict__["_torch_plan"] = (key, ts, plan)
     return plan
 
 # %% ../../../nbs/12_paged_attention.ipynb #41a456fe
-def torch_paged_attention(query, kv_cache, md, scale, out=None, budget=TORCH_GATHER_BUDGET):
+def torch_paged_attention(query, kv_cache, metadata, scale, out=None, budget=TORCH_GATHER_BUDGET):
     "Paged attention as batched torch SDPA calls over buckets of similar requests (the CPU path)."
     _, hq, d = query.shape
     _, _, bs, hkv, _ = kv_cache.shape
     g = hq // hkv
     if out is None: out = torch.zeros_like(query)
-    plan = _torch_plan(md, bs, g, 2 * hkv * d * kv_cache.element_size(), budget)
+    plan = _torch_plan(metadata, bs, g, 2 * hkv * d * kv_cache.element_size(), budget)
     for B, mq, nblk, blocks, q_rows, out_rows, tok_ok, mask in plan:
         # one gather copy, straight into [2, kv_head, block, offset, d]: K, V of a head contiguous
         k, v = kv_cache.permute(1, 3, 0, 2, 4).index_select(2, blocks).view(2, hkv, B, nblk * bs, d)

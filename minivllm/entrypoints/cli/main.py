@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 from ...engine.arg_utils import EngineArgs
 from ...sampling_params import SamplingParams
-if TYPE_CHECKING: from minivllm.entrypoints.llm import LLM   # imported where used: `--help` loads no torch
+# imported where used: `--help` loads no torch
+if TYPE_CHECKING: from minivllm.entrypoints.llm import LLM
 
 # %% auto #0
 __all__ = ['LATENCY_PERCENTILES', 'add_engine_args', 'engine_args_from', 'add_sampling_args', 'sampling_params_from',
@@ -113,7 +114,7 @@ def generate(args: argparse.Namespace) -> list[list[str]]:
     return answers
 
 def save_timeline(llm: LLM, path: str) -> None:
-    "Draw `llm.timeline` (chapter 12's figure) into `path`."
+    "Draw `llm.timeline` (chapter 22's figure) into `path`."
     from minivllm.viz.timeline import plot_timeline
     rec = llm.timeline
     fig = plot_timeline(rec, title=f"minivllm generate: {len(rec)} steps ({rec.device})")

@@ -303,7 +303,7 @@ def bind_kv_caches(self: LlamaForCausalLM, kv_caches: list):
 def _dummy_decode(model: LlamaForCausalLM, num_reqs: int):
     "Run a decode step of `num_reqs` one-token requests that writes only padding slots."
     device, n = model.kv_caches[0].device, num_reqs
-    md = AttentionMetadata(torch.arange(n + 1, dtype=torch.int32, device=device),
+    metadata = AttentionMetadata(torch.arange(n + 1, dtype=torch.int32, device=device),
                            torch.ones(n, dtype=torch.int32, device=device),
                            torch.zeros(n, 1, dtype=torch.int32, device=device),
                            torch.full((n,), PAD_SLOT_ID, dtype=torch.int64, device=device),
@@ -312,7 +312,7 @@ def _dummy_decode(model: LlamaForCausalLM, num_reqs: int):
     with torch.no_grad():
         if n > 1:                               # one graph for every step of 2 or more tokens
             for t in (input_ids, positions): torch._dynamo.mark_dynamic(t, 0)
-        hidden = model(input_ids, positions, md)
+        hidden = model(input_ids, positions, metadata)
         if n > 1: torch._dynamo.mark_dynamic(hidden, 0)
         model.compute_logits(hidden)
 
