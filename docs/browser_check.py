@@ -15,9 +15,26 @@ viewport and fails the check when:
 * a chapter page shows no cell output at all;
 * Chinese text is drawn with no CJK-capable font, or the page's font stack names none.
 
-Then the search page must find `allocate_slots`. Screenshots of a few pages (the index, the
-scheduler and paged-attention chapters; top of page, first figure, widest code cell) go to
-docs/_build/screenshots/ for a person to look at. Outputs (printed text) that scroll sideways
+The literate-site checks (each printed with its kind; kinds in site_check.PENDING -- figure
+files and fonts, summaries' full stops: notebook fixes -- are printed as PENDING and fail only with
+DOCS_STRICT=1):
+
+* docs/site_check.py over the HTML files, run first, even without a browser: each chapter shows
+  the source of every `def`/`class` its notebook exports, no API entry (signature) twice, no link
+  to settings.ini's `git_url` (a repository that does not exist), no broken link inside the site
+  (the API entries' "source" links go to the module pages, source/*.html), every image an 8-bit
+  RGB(A) PNG of at least 100 dpi, every chapter's summary whole and ending with a full stop;
+* math typeset: every `.math` element rendered by MathJax (served from the site), no TeX left as
+  text outside code;
+* figure text: the smallest text of each figure as shown, font (pt) x dpi / 72 x shown width /
+  saved width, at least 9 px (exact when the PNG records `min_font_pt` in a text chunk; else the
+  figure fails when even 9-pt text would show under 9 px);
+* the contents (chapter list, "on this page") never break a name mid-word (_static/toc-names.js
+  lets names break after dots and underscores).
+
+Then the search page must find `allocate_slots`. Screenshots of a few pages (the index, the first
+chapter of each part, the first module source page, or the pages named in DOCS_SHOTS=a,b; top of
+page, first figure, widest code cell) go to docs/_build/screenshots/ for a person to look at. Outputs (printed text) that scroll sideways
 are listed as notes, not failures.
 
 Exit status 0 when all pages pass, 1 otherwise. Without a Chromium binary it prints SKIP and
@@ -28,6 +45,9 @@ Usage: python docs/browser_check.py [PAGE.html ...]   (default: every page)
 import base64, fcntl, functools, http.server, json, os, re, shutil, signal, sys, tempfile
 import threading, time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import site_check  # noqa: E402  (the checks that need no browser)
 from urllib.parse import unquote, urljoin, urlparse
 
 DOCS = Path(__file__).resolve().parent
@@ -35,7 +55,7 @@ SITE = DOCS / "_build" / "html"
 SHOTS = DOCS / "_build" / "screenshots"
 WIDTH, HEIGHT = 1440, 900
 SEARCH_WORD = "allocate_slots"
-SHOT_PAGES = ("index", "04_scheduler", "08_paged_attention")
+MIN_TEXT_PX = 9       # the smallest figure text a reader at 1440 px should have to read
 TIMEOUT = 60  # seconds for one page to load
 
 CHROME_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -187,8 +207,53 @@ PAGE_JS = r"""(async () => {
     if (/[\u4e00-\u9fff]/.test(n.nodeValue) && n.parentElement) {
       cjk = n.parentElement; cjk.setAttribute('data-cjk-check', '1'); break; }
   }
+  // math: MathJax (served from the site, _static/mathjax) typesets every .math element; TeX left
+  // as text means it did not (not loaded, or a $...$ myst did not parse)
+  if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
+    try { await MathJax.startup.promise; } catch (e) {} }
+  const maths = Array.from(art.querySelectorAll('.math'));
+  const rawMath = maths.filter(m => !m.querySelector('mjx-container')).map(
+      m => m.textContent.trim().slice(0, 80));
+  const texWalker = document.createTreeWalker(art, NodeFilter.SHOW_TEXT);
+  const rawTex = [];
+  while ((n = texWalker.nextNode())) {
+    const t = n.nodeValue;
+    if (!/\\\(|\\\[|\$\$|\$[^$\n]*\\[a-zA-Z]+[^$\n]*\$/.test(t)) continue;
+    const p = n.parentElement;
+    if (p && !p.closest('pre, code, script, style, mjx-container, .math')) rawTex.push(t.trim().slice(0, 80));
+  }
+  // figures as shown: the displayed width against the image's own (its scale on the page)
+  const figs = Array.from(art.querySelectorAll('img')).filter(i => i.naturalWidth > 0).map(i => {
+    const r = i.getBoundingClientRect();
+    const h = i.closest('section');
+    const head = h ? h.querySelector('h1, h2, h3, h4') : null;
+    return {src: i.getAttribute('src'), natural: i.naturalWidth, shown: r.width,
+            under: head ? head.innerText.replace(/#$/, '').trim().slice(0, 60) : ''};
+  });
+  // the contents (chapter list, "on this page"): a line may break after a space, a dot, an
+  // underscore, a slash, a comma, a dash or an opening bracket -- never inside a word
+  const badBreaks = [];
+  const range = document.createRange();
+  document.querySelectorAll('.bd-sidebar-secondary nav a, .bd-sidebar-primary nav a').forEach(a => {
+    if (a.offsetParent === null) return;
+    const w = document.createTreeWalker(a, NodeFilter.SHOW_TEXT);
+    let prev = null, prevTop = null, t;
+    while ((t = w.nextNode())) {
+      for (let i = 0; i < t.length; i++) {
+        const ch = t.nodeValue[i];
+        if (/\s/.test(ch)) { prev = ' '; continue; }
+        range.setStart(t, i); range.setEnd(t, i + 1);
+        const r = range.getClientRects()[0];
+        if (!r || r.width === 0) continue;
+        if (prevTop !== null && r.top > prevTop + 2 && !/[\s._\/,(\u00b7:-]/.test(prev))
+          badBreaks.push(a.textContent.trim().slice(0, 60) + ' (before "' + t.nodeValue.slice(i, i + 8) + '")');
+        prevTop = r.top; prev = ch;
+      }
+    }
+  });
   const h1 = document.querySelector('h1');
   return {
+    maths: maths.length, raw_math: rawMath, raw_tex: rawTex, figs: figs, bad_breaks: badBreaks,
     h1: h1 ? h1.innerText.trim() : null,
     text: (art.innerText || '').trim().length,
     n_img: imgs.length,
@@ -293,8 +358,48 @@ def chapter_pages():
     return {p.stem + ".html" for p in nbs.glob("*.ipynb") if p.stem != "index"}
 
 
+@functools.lru_cache(maxsize=None)
+def shot_pages():
+    """Pages to screenshot: DOCS_SHOTS (comma-separated page names) or the index, the first
+    chapter of each part (from docs/_build/site_manifest.json) and the first module source page."""
+    if os.environ.get("DOCS_SHOTS"): return tuple(os.environ["DOCS_SHOTS"].split(","))
+    pages, firsts = site_check.load_manifest().get("pages", {}), {}
+    for stem, meta in pages.items():
+        if meta.get("part"): firsts.setdefault(meta["part"], stem)
+    src = sorted(p for p in SITE.glob("source/*.html") if p.stem != "index")
+    return ("index", *firsts.values(), *(["source/" + src[0].stem] if src else []))
+
+
+def figure_text(page, f):
+    """The smallest text of a figure as the page shows it: font (pt) x dpi / 72 x displayed width /
+    saved width. With the font size recorded in the PNG (text chunk `min_font_pt`) that is exact;
+    without it, the figure fails when even 9-pt text would show under MIN_TEXT_PX (a low dpi or a
+    figure shrunk to fit), and passes with the font size its text needs."""
+    u = urlparse(f["src"])
+    if u.scheme or u.netloc: return None
+    path = SITE / os.path.normpath((Path(page).parent / unquote(u.path)).as_posix())
+    if not path.exists() or not f["natural"]: return None
+    info = site_check.png_info(path.read_bytes())
+    if info is None: return None
+    scale = f["shown"] / f["natural"]
+    where = f"{path.name} (under '{f['under']}', shown at {scale:.0%} of its {f['natural']} px)"
+    if info["dpi"] is None:
+        return f"{where}: no dpi in the PNG, so its text size cannot be computed"
+    px_per_pt = info["dpi"] / 72 * scale
+    pt = site_check.min_font_pt(info)
+    if pt is not None:
+        px = pt * px_per_pt
+        return None if px >= MIN_TEXT_PX else (
+            f"{where}: its smallest text ({pt:g} pt at {info['dpi']:g} dpi) shows at {px:.1f} px "
+            f"< {MIN_TEXT_PX}")
+    if 9 * px_per_pt < MIN_TEXT_PX:
+        return (f"{where}: at {info['dpi']:g} dpi even 9-pt text shows at {9 * px_per_pt:.1f} px "
+                f"< {MIN_TEXT_PX}; its text needs {MIN_TEXT_PX / px_per_pt:.1f} pt")
+    return None
+
+
 def check_page(ck, page, chapters):
-    errors, notes = [], []
+    errors, notes, pending = [], [], []
     start = len(Log.requests)
     since = ck.load(urljoin(ck.base, page))
     r = ck.evaluate(PAGE_JS)
@@ -321,8 +426,17 @@ def check_page(ck, page, chapters):
         if not any(CJK_FONT.search(f) for f in used):
             errors.append(f"Chinese text {r['cjk']!r} drawn with {used or 'no font'}: no CJK font "
                           "installed? (apt-get install fonts-noto-cjk)")
-    stem = Path(page).stem
-    if stem in SHOT_PAGES:
+    for m in r["raw_math"]: errors.append(f"math not typeset (raw TeX shown): {m!r}")
+    for t in r["raw_tex"]: errors.append(f"TeX shown as text: {t!r}")
+    for b in r["bad_breaks"]: errors.append(f"contents entry broken mid-word: {b}")
+    for f in r["figs"]:
+        msg = figure_text(page, f)
+        if msg: pending.append(("figure-font", msg))
+    for kind, msg in pending:
+        (errors if site_check.failing(kind) else notes).append(
+            msg if site_check.failing(kind) else f"PENDING [{kind}] {msg}")
+    stem = Path(page).with_suffix("").as_posix().replace("/", "-")
+    if Path(page).with_suffix("").as_posix() in shot_pages():
         SHOTS.mkdir(parents=True, exist_ok=True)
         ck.screenshot(SHOTS / f"{stem}.png", 0)
         if r["fig"]: ck.screenshot(SHOTS / f"{stem}-figure.png", r["fig"][0] - 250)
@@ -354,18 +468,26 @@ def check_search(ck, word=SEARCH_WORD):
 
 
 def all_pages():
-    return sorted(p.name for p in SITE.glob("*.html") if p.name != "search.html")
+    "Every page: the chapters and Sphinx's own at the top, and the module source pages."
+    top = sorted(p.name for p in SITE.glob("*.html") if p.name != "search.html")
+    return top + sorted(f"source/{p.name}" for p in SITE.glob("source/*.html"))
 
 
 def main(pages):
     if not (SITE / "index.html").exists():
         print(f"browser_check: {SITE}/index.html missing: run `bash docs/build.sh` first"); return 1
+    # the checks over the HTML files (code shown, one entry per definition, no link to a missing
+    # repository, figure files, summaries): docs/site_check.py, with or without a browser
+    static = site_check.check_site()
+    print(f"browser_check: docs/site_check.py: {len(static)} problem(s)", flush=True)
     browser = find_browser()
     if not browser:
         required = os.environ.get("DOCS_BROWSER_REQUIRED") == "1" or os.environ.get("CI") == "true"
+        n_static = site_check.report(static)
         print("browser_check: " + ("ERROR" if required else "SKIP") + ": no chromium found "
-              "(apt-get update && apt-get install -y chromium fonts-noto-cjk)")
-        return 1 if required else 0
+              "(apt-get update && apt-get install -y chromium fonts-noto-cjk)"
+              + (f"; docs/site_check.py: {n_static} error(s)" if n_static else ""))
+        return 1 if required or n_static else 0
     pages = pages or all_pages()
     chapters = chapter_pages()
     handler = functools.partial(Log, directory=str(SITE))
@@ -404,6 +526,8 @@ def main(pages):
         for n in notes: print(f"  note {page}: {n}")
     for page, errs in failures.items():
         for e in errs: print(f"  ERROR {page}: {e}")
+    n_static = site_check.report(static)
+    if n_static: failures["site_check"] = ["see above"] * n_static
     n_err = sum(map(len, failures.values()))
     print(f"browser_check: {'FAILED' if failures else 'OK'}: {len(pages) + 1} pages, "
           f"{n_err} error(s) in {time.time() - start:.0f}s; screenshots in "

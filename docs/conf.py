@@ -2,7 +2,7 @@
 # Sources: docs/_nbs/, nbdev's processed notebooks as staged by docs/stage_nbs.py.
 # The notebooks are NOT executed here: docs/run_nbs.py (the notebook tests) executed them once,
 # and build.sh stages those executed notebooks, so the pages show that run's outputs.
-import configparser
+import configparser, importlib.util
 from pathlib import Path
 
 _root = Path(__file__).resolve().parent.parent
@@ -38,8 +38,18 @@ suppress_warnings = [
 # --- HTML -------------------------------------------------------------------------------------
 html_theme = "sphinx_book_theme"
 html_title = project
-html_static_path = ["_static"]
+# Math offline: `$...$` and `$$...$$` in the notebooks (myst's dollarmath) are typeset by MathJax 3
+# from the site itself (_static/mathjax/), never from a CDN. MathJax comes from the pinned
+# sphinx-mathjax-offline package (requirements.txt); its static folder is copied here instead of
+# loading it as an extension (which Sphinx would run without parallel reading).
+_mathjax = importlib.util.find_spec("sphinx-mathjax-offline")
+if _mathjax is None or not _mathjax.submodule_search_locations:
+    raise RuntimeError("docs: sphinx-mathjax-offline is not installed (pip install -r requirements.txt)")
+_mathjax_static = Path(list(_mathjax.submodule_search_locations)[0]) / "static"
+mathjax_path = "mathjax/tex-chtml.js"
+html_static_path = ["_static", str(_mathjax_static)]
 html_css_files = ["custom.css"]
+html_js_files = ["toc-names.js"]   # long API names in the contents wrap at dots and underscores
 html_last_updated_fmt = None
 html_use_index = False             # no general index: API entries are sections (sidebar, search)
 html_domain_indices = False
@@ -49,8 +59,12 @@ html_copy_source = False
 # default the theme logs "Got invalid theme mode" as a console error on a reader's first visit
 html_context = {"default_mode": "light"}
 html_theme_options = {
-    "repository_url": _s.get("git_url", ""),
+    # no repository links: settings.ini's git_url names a repository that does not exist; each API
+    # entry links to its definition on the site's own source pages (docs/source_pages.py)
     "use_repository_button": False,
+    "use_source_button": False,
+    "use_edit_page_button": False,
+    "use_issues_button": False,
     "show_toc_level": 2,
     "home_page_in_toc": True,
     "navigation_with_keys": False,

@@ -4,7 +4,15 @@ Why not the `nbdev_proc_nbs` command itself: before processing, it tries to down
 `sudo`-install Quarto, runs `pip install -e .`, and writes _quarto.yml / nbdev.yml / sidebar.yml
 into nbs/. Here we call the same machinery (`nbdev.serve._proc_file`, `nbdev.serve_drv.main`,
 nbdev's `FilterDefaults` processors: `#| hide`, `#| export`, show_doc, doc links, front matter)
-with one processor changed, `exec_show_docs`:
+with three processors changed:
+
+* `rm_export` -> `rm_hidden`: exported cells stay on the page, as nbdev's `#| exports` would show
+  them: a literate chapter shows the code it teaches. They are tagged `minivllm-export`
+  (docs/stage_nbs.py, _static/custom.css); a cell that is only imports is folded (`hide-input`).
+* `add_show_docs` -> `docs_add_show_docs`: nbdev adds a show_doc entry for every exported name
+  that has none, but compares the bare name (`schedule`) with the documented ones
+  (`Scheduler.schedule`), so each `@patch` method with its own show_doc got two entries.
+* `exec_show_docs` -> `docs_exec_show_docs`:
 
 nbdev re-executes, in a fresh shell, every exported cell, every `show_doc` cell and every cell
 that contains an import (so that show_doc has something to document), and stores the new
@@ -32,7 +40,11 @@ from fastcore.basics import str2bool
 from fastcore.parallel import parallel
 from nbdev.config import get_config
 from nbdev.doclinks import nbglob
-from nbdev.processors import FilterDefaults, exec_show_docs, _do_eval, _is_showdoc
+from nbdev.processors import (FilterDefaults, add_show_docs, exec_show_docs, rm_export, _do_eval,
+                              _is_showdoc, _want_doc, _show_docs, _get_nm, cell_lang, _def_types)
+from nbdev.showdoc import showdoc_nm
+from execnb.nbio import mk_cell
+from fastcore.foundation import L
 
 _API_DIRS = {"export", "exports", "exporti", "exec_doc"}
 
@@ -76,9 +88,72 @@ class docs_exec_show_docs(exec_show_docs):
                 print(f"docs: note: imports of cell {cell.idx_} of {title!r} failed while preparing API docs: {self.k.exc!r}", flush=True)
 
 
+class docs_add_show_docs(add_show_docs):
+    """nbdev's add_show_docs, one entry per definition: nbdev compares a definition's bare name
+    (`schedule`) with the names the notebook's show_doc cells document (`Scheduler.schedule`), so
+    every `@patch` method that has its own show_doc cell got a second, added entry. Here the
+    qualified name (`showdoc_nm`, what the added cell would document) is compared."""
+    def begin(self):
+        nb = self.nb
+        exports = L(cell for cell in nb.cells if _want_doc(cell))
+        trees = L(nb.cells).map(lambda c: c.parsed_()).concat()
+        shown = {_get_nm(t) for t in _show_docs(trees)}
+        for cell in reversed(exports):
+            if cell_lang(cell) != "python": raise ValueError(f"can't export:\n{cell.source}")
+            tree = cell.parsed_() or []
+            for o in tree:
+                if not isinstance(o, _def_types) or (o.name[0] == "_" and o.name[:2] != "__"): continue
+                nm = showdoc_nm(o)
+                if nm in shown or o.name in shown: continue
+                shown.add(nm)
+                new_cell = mk_cell(f"show_doc({nm})")
+                new_cell.has_sd = True
+                nb.cells.insert(cell.idx_ + 1, new_cell)
+        nb.has_docs_ = shown or exports
+
+
+_PLUMBING = (ast.Import, ast.ImportFrom)
+
+
+def is_plumbing(source):
+    "True when every top-level statement is an import (or an if/try around imports, `__all__`)."
+    try: tree = ast.parse(source)
+    except SyntaxError: return False
+    def ok(n):
+        if isinstance(n, _PLUMBING) or isinstance(n, ast.Pass): return True
+        if isinstance(n, ast.Assign):
+            return all(isinstance(t, ast.Name) and t.id == "__all__" for t in n.targets)
+        if isinstance(n, ast.If): return all(map(ok, n.body + n.orelse))
+        if isinstance(n, ast.Try):  # try: import x / except ImportError: x = None
+            fallback = lambda s: ok(s) or (isinstance(s, ast.Assign) and isinstance(s.value, ast.Constant))
+            return all(map(ok, n.body + n.orelse + n.finalbody)) and all(
+                fallback(s) for h in n.handlers for s in h.body)
+        return False
+    return bool(tree.body) and all(map(ok, tree.body))
+
+
+EXPORT_TAG = "minivllm-export"   # read by docs/stage_nbs.py: exported source, shown on the page
+
+
+def rm_hidden(cell):
+    """nbdev's rm_export, but exported cells stay on the page (nbdev's `#| exports`): a literate
+    chapter shows the code it teaches. `#| hide` and `#| default_exp` cells still go; exported cells
+    that are only imports are folded (myst-nb `hide-input`)."""
+    d = cell.directives_ or {}
+    if d.keys() & {"hide", "default_exp"}: del(cell["source"]); return
+    if d.keys() & {"export", "exporti"} and cell.cell_type == "code":
+        code = "\n".join(l for l in cell.source.splitlines() if not l.lstrip().startswith("#|"))
+        tags = list(cell.setdefault("metadata", {}).get("tags", []))
+        tags.append(EXPORT_TAG)
+        if is_plumbing(code): tags.append("hide-input")
+        cell["metadata"]["tags"] = tags
+
+
 class DocsFilter(FilterDefaults):
     def base_procs(self):
-        return [docs_exec_show_docs if p is exec_show_docs else p for p in super().base_procs()]
+        swap = {exec_show_docs: docs_exec_show_docs, add_show_docs: docs_add_show_docs,
+                rm_export: rm_hidden}
+        return [swap.get(p, p) for p in super().base_procs()]
 
 
 def proc_nbs(n_workers=2, src=None):

@@ -1,12 +1,16 @@
 """Turn nbdev's processed notebooks (`_proc/`) into a Sphinx source tree (`docs/_nbs/`).
 
-docs/nbproc.py (nbdev's processing, as `nbdev_proc_nbs` runs it) applies nbdev's directives: `#| hide` and
-`#| export` cells are gone, `show_doc` cells are executed (their Markdown output is the API
-entry), backticked names are linked to the docs, and the H1 title + `>` summary became a Quarto
-YAML front-matter raw cell. What is left is Quarto-flavoured; this script translates the few
-Quarto-isms into what myst-nb understands:
+docs/nbproc.py (nbdev's processing, as `nbdev_proc_nbs` runs it) applies nbdev's directives: `#| hide`
+cells are gone, `#| export` cells stay (tagged `minivllm-export`; imports-only ones folded),
+`show_doc` cells are executed (their Markdown output is the API entry), backticked names are
+linked to the docs, and the H1 title + `>` summary became a Quarto YAML front-matter raw cell.
+What is left is Quarto-flavoured; this script translates the few Quarto-isms into what myst-nb
+understands:
 
-* front matter raw cell          -> `# title` + summary paragraph (Sphinx needs a real H1)
+* front matter raw cell          -> `# NN · title` (the chapter's number), the whole summary in a
+                                    `chapter-summary` box, and the rest of the notebook's H1 cell,
+                                    all read from the source notebook (nbdev keeps only the first
+                                    line of a summary and drops the rest of that cell)
 * `show_doc` cell + md output    -> a Markdown cell: label `(api-...)=`, heading, signature,
                                     docstring, so API entries are real sections (sidebar,
                                     search, cross-reference targets)
@@ -17,9 +21,17 @@ Quarto-isms into what myst-nb understands:
 * the other `#|` lines at the top of a code cell -> removed from the displayed source
 * nbdev's doc links (`{doc_host}{doc_baseurl}/PAGE.html#sym`) -> MyST links to the chapter
   (and to the `show_doc` entry when the chapter has one), so they are checked by Sphinx.
+* show_doc's `[source](git_url/blob/...)` -> a link to the definition's line on the site's own
+  page of its module (docs/source_pages.py writes docs/_nbs/source/: every module of lib_path,
+  found by walking it); a second API entry for the same name on a page is dropped.
 
 Chapters are discovered with a glob: `nbs/index.ipynb` is the home page, the other notebooks
-follow in numeric order of their prefix (00_, 01_, ..., then unnumbered ones by name).
+follow in numeric order of their prefix (00_, 01_, ..., then unnumbered ones by name). A chapter's
+part is the tens digit of its number (PARTS: 00-09 the scheduler, 10-19 the worker and the model,
+20-29 the engine and serving, 30-39 lessons, 90-99 sources and API); the home page lists the
+parts with each chapter's summary, and the sidebar shows one caption per part.
+docs/_build/site_manifest.json records, per page, what docs/site_check.py verifies on the built
+site: the `def`/`class` names the notebook exports (read from the source notebook) and its summary.
 
 Checks (each failure is listed, then the script exits 1, failing the build):
 * every chapter page shows results: at least one code output or API entry (a chapter whose
@@ -34,7 +46,11 @@ from pathlib import Path
 
 import yaml
 
-ROOT = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).resolve().parent.parent)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from source_pages import SourceIndex  # noqa: E402
+
+_ARGS = sys.argv[1:] if __name__ == "__main__" else []  # importable (tests/test_site.py)
+ROOT = Path(_ARGS[0] if _ARGS else Path(__file__).resolve().parent.parent)
 CFG = configparser.ConfigParser()
 CFG.read(ROOT / "settings.ini")
 C = CFG["DEFAULT"]
@@ -42,13 +58,80 @@ NBS = ROOT / C.get("nbs_path", "nbs")
 PROC = ROOT / "_proc"
 OUT = ROOT / "docs" / "_nbs"
 DOC_URL = (C.get("doc_host", "") + C.get("doc_baseurl", "")).rstrip("/")
-SRC = Path(sys.argv[2]).resolve() if len(sys.argv) > 2 else NBS.resolve()
+SRC = Path(_ARGS[1]).resolve() if len(_ARGS) > 1 else NBS.resolve()
+MANIFEST = ROOT / "docs" / "_build" / "site_manifest.json"  # what docs/site_check.py expects
+GIT_URL = C.get("git_url", "").rstrip("/")
+
+# Parts of the book: a chapter's part is the tens digit of its number (00-09, 10-19, ...)
+PARTS = {0: "The scheduler", 1: "The worker and the model", 2: "The engine and serving",
+         3: "Lessons", 9: "Sources and API"}
 EXECUTED = SRC != NBS.resolve()  # built from docs/run_nbs.py's executed notebooks
 
 
 # files of nbs/ that are not copied next to the chapters: sources (a stray README.md would become
 # a page outside the table of contents) and Quarto/nbdev configuration
 SKIP_SUFFIXES = {".ipynb", ".md", ".rst", ".py", ".yml", ".yaml"}
+
+
+def chapter_number(stem):
+    "The chapter's number as its file name writes it (`04_scheduler` -> '04'), or None."
+    m = re.match(r"(\d+)_", stem)
+    return m.group(1) if m else None
+
+
+def part_of(stem):
+    n = chapter_number(stem)
+    if n is None: return "More"
+    return PARTS.get(int(n) // 10, f"Chapters {int(n) // 10}0-{int(n) // 10}9")
+
+
+def numbered(stem, title):
+    n = chapter_number(stem)
+    return f"{n} · {title}" if n else title
+
+
+def plain(title):
+    "A title as plain text (toctree entries do not render Markdown)."
+    return re.sub(r"`([^`]*)`", r"\1", title).replace("\\", "")
+
+
+_re_h1 = re.compile(r"^#\s+(\S.*?)\s*$", re.M)
+
+
+def title_cell(nb):
+    """(title, summary, rest) of the notebook's H1 cell, read from the source notebook: nbdev keeps
+    only the first line of the `>` summary (so a two-line summary was cut mid-sentence) and drops
+    whatever else the cell says. The summary is the whole blockquote paragraph (lazy continuation
+    lines included); `rest` is the cell's text after it."""
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") != "markdown": continue
+        s = src(cell)
+        m = _re_h1.search(s)
+        if not m: continue
+        lines, summary, i = s[m.end():].split("\n"), [], 0
+        while i < len(lines) and not lines[i].strip(): i += 1
+        if i < len(lines) and lines[i].lstrip().startswith(">"):
+            while i < len(lines) and lines[i].strip():
+                summary.append(re.sub(r"^\s*>\s?", "", lines[i]).strip()); i += 1
+        return m.group(1), " ".join(x for x in summary if x), "\n".join(lines[i:]).strip()
+    return None, "", ""
+
+
+def exported_defs(nb):
+    "`def NAME` / `class NAME` of every top-level definition in the notebook's exported cells."
+    import ast
+    out = []
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") != "code": continue
+        dirs, code = split_directives(src(cell))
+        if not dirs.keys() & {"export", "exporti", "exports"}: continue
+        try: tree = ast.parse(code)
+        except SyntaxError: continue
+        for n in tree.body:
+            if isinstance(n, ast.ClassDef): out.append(f"class {n.name}")
+            elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                out.append(("async def " if isinstance(n, ast.AsyncFunctionDef) else "def ") + n.name)
+    return out
 
 
 def chapter_key(p: Path):
@@ -141,17 +224,37 @@ def wrap_signature(md, width=SIG_WIDTH):
     return re.sub(r"(```python\n)(.*?)(\n```)", fix, md, count=1, flags=re.S)
 
 
-def showdoc_to_markdown(md, labels):
-    "show_doc's Markdown output -> Markdown cell text: label, heading, source link, signature, doc."
+_re_blob = re.compile(r"/blob/[^/]+/([^#?]+)(?:#L(\d+))?")
+
+
+def source_link(url, name, sources):
+    """show_doc's [source](...) link -> a link to the definition on the site's source page of its
+    module (docs/source_pages.py), or nothing when the module is not part of this package."""
+    if sources is None: return ""
+    m = _re_blob.search(url)
+    path, line = (m.group(1), m.group(2)) if m else (None, None)
+    href = sources.href(name, path, int(line) if line else None) if name else None
+    if not href: return ""
+    return f'<a class="api-source reference internal" href="{href}">source</a>'
+
+
+def showdoc_to_markdown(md, labels, sources=None, seen=None):
+    """show_doc's Markdown output -> Markdown cell text: label, heading, source link, signature, doc.
+    Returns (text, (anchor, label)), or (None, name) when `seen` already holds this name (the page
+    has its entry: one entry per definition)."""
     # leading horizontal rule dropped: docutils rejects a transition right before a section title
     md = re.sub(r"^\s*---\s*\n", "", md)
     md = wrap_signature(md)
-    # `[source](url){target=... style=...}` is Quarto attribute syntax; keep a plain link and drop
-    # the `#LNone` fragment show_doc writes when it could not find the line number
-    md = _re_srclink.sub(lambda m: f"[source]({re.sub(r'#LNone$', '', m.group(1))}){{.api-source}}", md)
+    m = _re_heading.search(md)
+    name = m.group(2).replace("\\", "").strip("` ") if m else None
+    if seen is not None and name:
+        if name in seen: return None, name
+        seen.add(name)
+    # `[source](url){target=... style=...}` is Quarto attribute syntax pointing at `git_url`: the
+    # link goes to the module's page in this site instead (or goes, if there is none)
+    md = _re_srclink.sub(lambda k: source_link(k.group(1), name, sources), md)
     m = _re_heading.search(md)
     if not m: return md, None
-    name = m.group(2).replace("\\", "").strip("` ")
     anchor = name.lower()
     label = base = "api-" + re.sub(r"[^a-z0-9_.]+", "-", anchor)
     n = 2
@@ -171,17 +274,31 @@ def frontmatter(cell):
         return None
 
 
-def convert(nb, stem, labels, problems=None):
-    "Rewrite one processed notebook in place; returns its {anchor: label} map of API entries."
-    cells, api, title = [], {}, None
+def linkify(text):
+    "nbdev's doc links for backticked names (the H1 cell's text, which nbdev's processing drops)."
+    try:
+        from nbdev.doclinks import NbdevLookup
+        return NbdevLookup().linkify(text)
+    except Exception:
+        return text
+
+
+def convert(nb, stem, labels, problems=None, head=None, sources=None, notes=None):
+    """Rewrite one processed notebook in place; returns its {anchor: label} map of API entries.
+    `head`: (title, summary, rest) of the source notebook's H1 cell (see `title_cell`)."""
+    cells, api, title, seen = [], {}, None, set()
     problems = [] if problems is None else problems
+    notes = [] if notes is None else notes
+    h_title, h_summary, h_rest = head or (None, "", "")
     for cell in nb["cells"]:
         s = src(cell)
         fm = frontmatter(cell) if cell["cell_type"] == "raw" and title is None else None
         if fm is not None:
-            title = fm.get("title") or stem
-            text = f"# {title}\n"
-            if fm.get("description"): text += f"\n> {fm['description']}\n"
+            title = h_title or fm.get("title") or stem
+            text = f"# {numbered(stem, title)}\n"
+            summary = h_summary or fm.get("description")
+            if summary: text += f"\n:::{{container}} chapter-summary\n{summary}\n:::\n"
+            if h_rest: text += "\n" + linkify(h_rest) + "\n"
             cells.append({"cell_type": "markdown", "metadata": {}, "source": text})
             continue
         if cell["cell_type"] == "markdown" and s.strip().startswith("<!-- WARNING: THIS FILE WAS AUTOGENERATED"):
@@ -191,7 +308,9 @@ def convert(nb, stem, labels, problems=None):
             mds = md_outputs(cell)
             if _re_showdoc.search(code) and mds:
                 for md in mds:
-                    text, entry = showdoc_to_markdown(md, labels)
+                    text, entry = showdoc_to_markdown(md, labels, sources, seen)
+                    if text is None:
+                        notes.append(f"{stem}: a second API entry for `{entry}` dropped"); continue
                     if entry: api.setdefault(entry[0], entry[1])
                     cells.append({"cell_type": "markdown", "metadata": {}, "source": text})
                 continue
@@ -254,6 +373,8 @@ def main():
                 (OUT / rel).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(f, OUT / rel)
     labels, nbs, api, page2doc, problems, sources = set(), {}, {}, {}, [], set()
+    notes, manifest, titles = [], {}, {}
+    lib = SourceIndex(ROOT, C.get("lib_path", C.get("lib_name", "")))
     for p in index + chapters:
         proc = PROC / p.name
         if not proc.exists(): sys.exit(f"stage_nbs: {proc} missing: did proc_nbs fail?")
@@ -268,7 +389,15 @@ def main():
                 sources.add(orig.parent)
                 if orig.exists() and p.stat().st_mtime < orig.stat().st_mtime:
                     print(f"stage_nbs: note: {orig} changed after it was executed", flush=True)
-        api[p.stem] = convert(nb, p.stem, labels, problems)
+        raw = json.loads(p.read_text(encoding="utf-8"))
+        head = title_cell(raw)
+        api[p.stem] = convert(nb, p.stem, labels, problems, head, lib, notes)
+        title = head[0] or p.stem
+        titles[p.stem] = numbered(p.stem, plain(title)) if p.stem != "index" else plain(title)
+        manifest[p.stem] = {"page": f"{p.stem}.html", "number": chapter_number(p.stem),
+                            "part": part_of(p.stem) if p.stem != "index" else None,
+                            "title": titles[p.stem], "summary": head[1],
+                            "exports": exported_defs(raw)}
         n_out = sum(1 for c in nb["cells"] if c["cell_type"] == "code" and c.get("outputs"))
         if p.stem != "index" and n_out + len(api[p.stem]) == 0:
             problems.append(f"{p.stem}: the page has no outputs (run the notebook and save it)")
@@ -283,8 +412,26 @@ def main():
                 problems.append(f"{p.stem}: in {folder} but not executed into {SRC}")
     for stem, nb in nbs.items():
         rewrite_links(nb, page2doc, api)
-    # the home page: the index notebook (or a stand-in) followed by the table of contents
-    toc = ["", "```{toctree}", ":maxdepth: 1", ":caption: Chapters", ""] + [p.stem for p in chapters] + ["```", ""]
+    # the module source pages (the API entries' "source" links), listed last in the sidebar
+    src_index = lib.write_pages(OUT, {k: v for k, v in titles.items() if k != "index"})
+    # the home page: the index notebook (or a stand-in) followed by the reading path, part by part
+    # (a part is the tens digit of the chapter numbers), each chapter with its summary; the hidden
+    # toctrees make the sidebar: one caption per part, chapters shown with their numbers
+    parts = {}
+    for p in chapters: parts.setdefault(part_of(p.stem), []).append(p.stem)
+    toc = []
+    for i, (part, stems) in enumerate(parts.items()):
+        entries = [f"{titles[st]} <{st}>" for st in stems]
+        if i == len(parts) - 1: entries.append(f"Source code <{src_index}>")
+        toc += ["", "```{toctree}", ":maxdepth: 1", ":hidden:", f":caption: {part}", ""]
+        toc += entries + ["```", "", f"**{part}**", ""]
+        for st in stems:
+            summ = manifest[st]["summary"]
+            toc.append(f"- [{titles[st]}]({st}.ipynb)" + (f": {summ}" if summ else ""))
+        if i == len(parts) - 1:
+            toc.append(f"- [Source code]({src_index}.md): every module of the package, highlighted.")
+        toc.append("")
+    toc = ["", "## Chapters", ""] + toc
     if index:
         nbs["index"]["cells"].append({"cell_type": "markdown", "id": "toc-chapters", "metadata": {}, "source": "\n".join(toc)})
     else:
@@ -292,8 +439,13 @@ def main():
         (OUT / "index.md").write_text(f"# {title}\n\n> {desc}\n" + "\n".join(toc), encoding="utf-8")
     for stem, nb in nbs.items():
         (OUT / f"{stem}.ipynb").write_text(json.dumps(nb, indent=1, ensure_ascii=False), encoding="utf-8")
+    MANIFEST.parent.mkdir(parents=True, exist_ok=True)
+    MANIFEST.write_text(json.dumps({"pages": manifest, "git_url": GIT_URL,
+                                    "modules": {p: m for p, m in lib.mods.items()}},
+                                   indent=1, ensure_ascii=False), encoding="utf-8")
     print(f"stage_nbs: {len(nbs)} notebook(s) from {SRC} -> {OUT.relative_to(ROOT)}: "
-          + ", ".join(nbs), flush=True)
+          + ", ".join(nbs) + f"; {len(lib.mods)} module source page(s)", flush=True)
+    for n in notes: print(f"stage_nbs: note: {n}", flush=True)
     if problems:
         print("stage_nbs: FAILED:\n  " + "\n  ".join(problems), flush=True)
         sys.exit(1)

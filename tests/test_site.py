@@ -1,0 +1,120 @@
+"""The docs pipeline (docs/): its pieces on small inputs, and the built site when there is one.
+
+The pieces run in a second: the multi-line chapter summary, the folding of imports-only exported
+cells, one API entry per `@patch` method, the module source index, the PNG reader of the figure
+checks. `test_built_site` runs docs/site_check.py over docs/_build/html when `bash docs/build.sh`
+(or `make docs`) has built it, and skips otherwise; `make docs-check` runs the same checks and the
+browser's.
+"""
+import importlib, struct, sys, zlib
+from pathlib import Path
+
+import pytest
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+sys.path.insert(0, str(DOCS))
+
+
+def _mod(name):
+    return importlib.import_module(name)
+
+
+def test_summary_spans_lines_and_the_rest_of_the_title_cell_stays():
+    st = _mod("stage_nbs")
+    nb = {"cells": [{"cell_type": "code", "source": "#| default_exp x"},
+                    {"cell_type": "markdown", "source": "# The title\n> One summary that runs\n"
+                     "> onto a second line,\nand a lazy third.\n\nA paragraph after it."}]}
+    title, summary, rest = st.title_cell(nb)
+    assert title == "The title"
+    assert summary == "One summary that runs onto a second line, and a lazy third."
+    assert rest == "A paragraph after it."
+
+
+def test_parts_and_numbers_come_from_the_file_name():
+    st = _mod("stage_nbs")
+    assert st.chapter_number("04_scheduler") == "04" and st.chapter_number("index") is None
+    assert st.part_of("04_scheduler") == "The scheduler"
+    assert st.part_of("12_paged_attention") == "The worker and the model"
+    assert st.part_of("23_llm") == "The engine and serving"
+    assert st.part_of("31_scheduling_lessons") == "Lessons"
+    assert st.part_of("99_api") == st.part_of("98_sources") == "Sources and API"
+    assert st.numbered("04_scheduler", "The scheduler") == "04 · The scheduler"
+    assert st.plain("The `minivllm` command") == "The minivllm command"
+
+
+def test_exported_definitions_are_read_from_the_notebook():
+    st = _mod("stage_nbs")
+    nb = {"cells": [{"cell_type": "code", "source": "#| export\nimport os\n@patch\ndef f(self: A): pass\n"
+                     "class B: pass\nasync def g(): pass"},
+                    {"cell_type": "code", "source": "def not_exported(): pass"}]}
+    assert st.exported_defs(nb) == ["def f", "class B", "async def g"]
+
+
+def test_imports_only_cells_fold_and_definitions_do_not():
+    nbproc = _mod("nbproc")
+    assert nbproc.is_plumbing("from __future__ import annotations\nimport os\n"
+                              "try:\n    import triton\nexcept ImportError:\n    triton = None\n")
+    assert nbproc.is_plumbing("import os\nif True:\n    import sys\n__all__ = ['x']")
+    assert not nbproc.is_plumbing("import os\nX = 1")
+    assert not nbproc.is_plumbing("def f(): pass")
+
+
+def test_one_show_doc_per_patched_method():
+    "nbdev's add_show_docs added a second entry for a @patch method that had its own show_doc."
+    from execnb.nbio import dict2nb
+    nbproc = _mod("nbproc")
+    nb = dict2nb({"cells": [
+        {"cell_type": "code", "source": "#| export\nclass S:\n    pass", "metadata": {}, "outputs": []},
+        {"cell_type": "code", "source": "#| export\n@patch\ndef step(self: S): pass\n"
+                                        "def helper(): pass", "metadata": {}, "outputs": []},
+        {"cell_type": "code", "source": "show_doc(S.step)", "metadata": {}, "outputs": []}],
+        "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
+    from nbdev.process import NBProcessor
+    NBProcessor(nb=nb, procs=[nbproc.docs_add_show_docs]).process()
+    docs = [c.source for c in nb.cells if c.source.startswith("show_doc")]
+    assert sorted(docs) == ["show_doc(S)", "show_doc(S.step)", "show_doc(helper)"]
+
+
+def test_source_index_finds_definitions(tmp_path):
+    sp = _mod("source_pages")
+    pkg = tmp_path / "pkg" / "core"
+    pkg.mkdir(parents=True)
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "_modidx.py").write_text("d = {}")
+    (pkg / "sched.py").write_text("# %% ../nbs/04_scheduler.ipynb 3\nclass Scheduler:\n"
+                                  "    def schedule(self): pass\n\n@patch\ndef extra(self: Scheduler): pass\n")
+    idx = sp.SourceIndex(tmp_path, "pkg")
+    assert idx.mods == {"pkg/__init__.py": "pkg", "pkg/core/sched.py": "pkg.core.sched"}
+    assert idx.href("Scheduler.schedule", "pkg/core/sched.py") == "source/pkg.core.sched.html#L-3"
+    assert idx.href("Scheduler.extra") == "source/pkg.core.sched.html#L-5"
+    assert idx.href("nowhere") is None
+    assert idx.chapters("pkg/core/sched.py") == ["04_scheduler"]
+
+
+def _png(color_type, dpi=None):
+    def chunk(kind, body):
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+    out = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 1, 1, 8, color_type, 0, 0, 0))
+    if dpi: out += chunk(b"pHYs", struct.pack(">IIB", round(dpi / 0.0254), round(dpi / 0.0254), 1))
+    out += chunk(b"tEXt", b"min_font_pt\x009.5")
+    return out + chunk(b"IEND", b"")
+
+
+def test_png_checks(tmp_path):
+    sc = _mod("site_check")
+    info = sc.png_info(_png(6, 100))
+    assert (info["color"], info["dpi"], sc.min_font_pt(info)) == ("RGBA", 100.0, 9.5)
+    for name, data, kinds in [("ok.png", _png(2, 150), []), ("low.png", _png(2, 80), ["figure-dpi"]),
+                              ("pal.png", _png(3, 100), ["figure-png"]),
+                              ("nodpi.png", _png(6), ["figure-dpi"])]:
+        (tmp_path / name).write_bytes(data)
+        assert [k for k, _ in sc.image_problems(tmp_path / name)] == kinds, name
+
+
+def test_built_site():
+    sc = _mod("site_check")
+    if not (sc.SITE / "index.html").exists() or not sc.MANIFEST.exists():
+        pytest.skip("no built site (bash docs/build.sh)")
+    probs = sc.check_site()
+    failing = [p for p in probs if sc.failing(p[1])]
+    assert not failing, "\n".join(f"{p} [{k}]: {m}" for p, k, m in failing[:40])
