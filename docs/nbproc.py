@@ -11,7 +11,8 @@ with three processors changed:
   (docs/stage_nbs.py, _static/custom.css); a cell that is only imports is folded (`hide-input`).
 * `add_show_docs` -> `docs_add_show_docs`: nbdev adds a show_doc entry for every exported name
   that has none, but compares the bare name (`schedule`) with the documented ones
-  (`Scheduler.schedule`), so each `@patch` method with its own show_doc got two entries.
+  (`Scheduler.schedule`), so each `@patch` method with its own show_doc got two entries; and
+  it inserted a cell's entries in reverse order of the definitions.
 * `exec_show_docs` -> `docs_exec_show_docs`:
 
 nbdev re-executes, in a fresh shell, every exported cell, every `show_doc` cell and every cell
@@ -100,12 +101,14 @@ class docs_add_show_docs(add_show_docs):
         shown = {_get_nm(t) for t in _show_docs(trees)}
         for cell in reversed(exports):
             if cell_lang(cell) != "python": raise ValueError(f"can't export:\n{cell.source}")
-            tree = cell.parsed_() or []
-            for o in tree:
+            names = []
+            for o in cell.parsed_() or []:
                 if not isinstance(o, _def_types) or (o.name[0] == "_" and o.name[:2] != "__"): continue
                 nm = showdoc_nm(o)
                 if nm in shown or o.name in shown: continue
                 shown.add(nm)
+                names.append(nm)
+            for nm in reversed(names):  # so that the entries follow the definitions' order
                 new_cell = mk_cell(f"show_doc({nm})")
                 new_cell.has_sd = True
                 nb.cells.insert(cell.idx_ + 1, new_cell)
@@ -145,7 +148,10 @@ def rm_hidden(cell):
         code = "\n".join(l for l in cell.source.splitlines() if not l.lstrip().startswith("#|"))
         tags = list(cell.setdefault("metadata", {}).get("tags", []))
         tags.append(EXPORT_TAG)
-        if is_plumbing(code): tags.append("hide-input")
+        if is_plumbing(code):
+            tags.append("hide-input")
+            cell["metadata"]["mystnb"] = {"code_prompt_show": "Show the module's imports",
+                                          "code_prompt_hide": "Hide the module's imports"}
         cell["metadata"]["tags"] = tags
 
 

@@ -25,13 +25,14 @@ _re_src = re.compile(r"File to edit: (\S+\.ipynb)")
 
 
 def modules(root, lib_path):
-    "{repo-relative path: dotted module name} of every .py file under `lib_path` (but _modidx)."
+    "{repo-relative path: dotted module name} of every non-empty .py file under `lib_path` (but _modidx)."
     lib = Path(root) / lib_path
     out = {}
     for f in sorted(lib.rglob("*.py")):
         rel = f.relative_to(root)
         if f.name == "_modidx.py" or any(p.startswith((".", "__pycache__")) for p in rel.parts):
             continue
+        if not f.read_text(encoding="utf-8").strip(): continue  # an empty __init__.py
         parts = list(rel.with_suffix("").parts)
         if parts[-1] == "__init__": parts = parts[:-1]
         out[rel.as_posix()] = ".".join(parts)
@@ -101,7 +102,7 @@ class SourceIndex:
             chs = [c for c in self.chapters(path) if c in chapter_titles]
             links = ", ".join(f"[{chapter_titles[c]}](../{c}.ipynb)" for c in chs)
             n = self.text[path].count("\n")
-            md = [f"# `{path}`", "",
+            md = [f"# {path.replace('_', chr(92) + '_')}", "",
                   f"The module `{mod}` ({n} lines)"
                   + (f", written in {links}." if links else "."), "",
                   "It is generated from the notebooks (nbdev): edit the chapter, not this file.", "",

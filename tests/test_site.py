@@ -66,20 +66,22 @@ def test_one_show_doc_per_patched_method():
     nb = dict2nb({"cells": [
         {"cell_type": "code", "source": "#| export\nclass S:\n    pass", "metadata": {}, "outputs": []},
         {"cell_type": "code", "source": "#| export\n@patch\ndef step(self: S): pass\n"
-                                        "def helper(): pass", "metadata": {}, "outputs": []},
+                                        "def helper(): pass\ndef helper2(): pass", "metadata": {},
+         "outputs": []},
         {"cell_type": "code", "source": "show_doc(S.step)", "metadata": {}, "outputs": []}],
         "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
     from nbdev.process import NBProcessor
     NBProcessor(nb=nb, procs=[nbproc.docs_add_show_docs]).process()
     docs = [c.source for c in nb.cells if c.source.startswith("show_doc")]
-    assert sorted(docs) == ["show_doc(S)", "show_doc(S.step)", "show_doc(helper)"]
+    assert docs == ["show_doc(S)", "show_doc(helper)", "show_doc(helper2)", "show_doc(S.step)"]
 
 
 def test_source_index_finds_definitions(tmp_path):
     sp = _mod("source_pages")
     pkg = tmp_path / "pkg" / "core"
     pkg.mkdir(parents=True)
-    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "__init__.py").write_text("from .core import *")
+    (pkg / "__init__.py").write_text("")  # empty: no page
     (tmp_path / "pkg" / "_modidx.py").write_text("d = {}")
     (pkg / "sched.py").write_text("# %% ../nbs/04_scheduler.ipynb 3\nclass Scheduler:\n"
                                   "    def schedule(self): pass\n\n@patch\ndef extra(self: Scheduler): pass\n")
