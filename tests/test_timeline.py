@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 from matplotlib.figure import Figure
+from matplotlib.text import Text
 
 from minivllm.request import Request
 from minivllm.sampling_params import SamplingParams
@@ -16,6 +17,9 @@ from minivllm.testing.timeline import run_with_recorder, record_workload
 from minivllm.timeline import TimelineRecorder, attach_timeline, device_label
 from minivllm.viz.timeline import (plot_timeline, plot_kv_cache, plot_pool_at, plot_block_table,
     step_batch_inputs, plot_prepare_inputs)
+from minivllm.viz.block_pool import PoolSnapshot, plot_block_pool
+from minivllm.viz.scheduler import plot_grants
+from minivllm.viz.style import MIN_TEXT_PX, PAGE_WIDTH_PX, png_width, smallest_text_px
 
 
 @st.composite
@@ -252,8 +256,45 @@ def test_figures_draw(small_run):
             plot_prepare_inputs(bi, ids, recorder=rec)]
     for f in figs:
         assert isinstance(f, Figure)
-        assert "block_size 4" in " ".join(t.get_text() for t in f.texts)     # the settings caption
+        assert "block_size 4" in " ".join(t.get_text() for t in f.findobj(Text))  # the settings caption
     np.testing.assert_array_equal(bi.positions[:1], [rec[1]["R0"].num_computed_before])
+
+
+def _all_figures(rec) -> dict:
+    "Every figure function of minivllm.viz, drawn from one recorded run."
+    ids, bi = step_batch_inputs(rec, 1)
+    trace = {"steps": [{"step": r.step, "num_scheduled_tokens": {q.req_id: q.grant for q in r.scheduled},
+                        "preempted_req_ids": r.preempted_req_ids} for r in rec]}
+    refs = [[0] + [(b + k) % 3 for b in range(1, 48)] for k in range(3)]
+    big_pool = [PoolSnapshot(f"snapshot {k}", r, [b % 2 == 0 for b in range(48)],
+                             [b for b in range(1, 48) if r[b] == 0]) for k, r in enumerate(refs)]
+    return {"timeline": plot_timeline(rec), "kv_cache": plot_kv_cache(rec),
+            "pool_at": plot_pool_at(rec, [0, 1, 2]), "block_table": plot_block_table(rec, "R1", 1),
+            "prepare_inputs": plot_prepare_inputs(bi, ids, recorder=rec),
+            "grants": plot_grants(trace, 16, "grants"), "big_pool": plot_block_pool(big_pool, "48 blocks")}
+
+
+@pytest.mark.parametrize("steps", [None, 120])
+def test_figures_read_on_the_page(small_run, steps):
+    "100 dpi or more, RGBA, and no text under MIN_TEXT_PX at the width the site shows a figure."
+    rec = small_run
+    if steps:                     # a long run: a hundred-odd steps must not shrink the text
+        s = Scheduler(SchedulerConfig(64, 8, 200), CacheConfig(4, 64))
+        arr = {0: [Request(f"R{i}", list(range(1000 * i, 1000 * i + 20)),
+                           SamplingParams(max_tokens=steps // 3, ignore_eos=True)) for i in range(3)]}
+        rec = run_with_recorder(s, recorder=TimelineRecorder(snapshot_pool=True), arrivals=arr)
+        assert len(rec) >= 40
+    for name, fig in _all_figures(rec).items():
+        assert fig.dpi >= 100, name
+        assert smallest_text_px(fig) >= MIN_TEXT_PX, (name, smallest_text_px(fig), png_width(fig))
+
+
+def test_smallest_text_px_fails_a_shrunk_figure(small_run):
+    "The check can fail: the same timeline, saved at 18 inches wide, shows its text too small."
+    fig = plot_timeline(small_run)
+    assert smallest_text_px(fig) >= MIN_TEXT_PX
+    fig.set_size_inches(18, fig.get_size_inches()[1])
+    assert png_width(fig) > 1.5 * PAGE_WIDTH_PX and smallest_text_px(fig) < MIN_TEXT_PX
 
 
 def test_pool_snapshots_needed():

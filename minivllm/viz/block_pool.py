@@ -4,9 +4,10 @@
 from __future__ import annotations
 from dataclasses import dataclass
 from ..core.block_pool import BlockPool
+from .style import styled
 
 # %% auto #0
-__all__ = ['PoolSnapshot', 'snapshot_block_pool', 'plot_block_pool']
+__all__ = ['BLOCKS_PER_LINE', 'PoolSnapshot', 'snapshot_block_pool', 'plot_block_pool']
 
 # %% ../../nbs/02_block_pool.ipynb #0325c8b8
 @dataclass
@@ -25,33 +26,64 @@ def snapshot_block_pool(pool: BlockPool, label: str = "") -> PoolSnapshot:
 
 # %% ../../nbs/02_block_pool.ipynb #97b1591a
 _POOL_COLORS = {"null": "#bbbbbb", "held": "#8fb8de", "cached": "#f5b971", "empty": "#ffffff"}
+BLOCKS_PER_LINE = 14
 
-def _draw_snapshot_row(ax, y: float, snap: PoolSnapshot, id_offset: int):
-    "Draw one snapshot as a row of block squares at height `y`, block `i` labelled `i + id_offset`."
+def _draw_snapshot(ax, y: float, snap: PoolSnapshot, id_offset: int) -> float:
+    "Draw one snapshot from height `y` down (blocks, then its free queue); returns the next `y`."
+    from textwrap import fill
     from matplotlib.patches import Rectangle
     queue_pos = {bid: i + 1 for i, bid in enumerate(snap.free_queue)}
+    ax.text(-0.3, y + 0.45, snap.label, ha="right", va="center")
     for bid, (ref, hashed) in enumerate(zip(snap.ref_cnts, snap.hashed)):
+        x, row_y = bid % BLOCKS_PER_LINE, y - bid // BLOCKS_PER_LINE
         kind = "null" if bid == 0 else "held" if ref > 0 else "cached" if hashed else "empty"
-        ax.add_patch(Rectangle((bid, y), 0.9, 0.9, facecolor=_POOL_COLORS[kind], edgecolor="black",
-                               linewidth=2.5 if hashed else 0.8))
+        ax.add_patch(Rectangle((x, row_y), 0.9, 0.9, facecolor=_POOL_COLORS[kind],
+                               edgecolor="black", linewidth=2.5 if hashed else 0.8))
         name = "null" if bid == 0 else str(bid + id_offset)
-        ax.text(bid + 0.45, y + (0.45 if bid == 0 else 0.6), name,
-                ha="center", va="center", fontsize=9, weight="bold")
+        ax.text(x + 0.45, row_y + (0.45 if bid == 0 else 0.64), name, ha="center", va="center",
+                weight="bold")
         if bid:
             state = f"ref {ref}" if ref > 0 else f"q{queue_pos[bid]}"
-            ax.text(bid + 0.45, y + 0.25, state, ha="center", va="center", fontsize=7)
-    ax.text(-0.3, y + 0.45, snap.label, ha="right", va="center", fontsize=9)
-    queue = " ".join(str(bid + id_offset) for bid in snap.free_queue)
-    ax.text(len(snap.ref_cnts) + 0.2, y + 0.45, f"Q: {queue}", va="center", fontsize=8)
+            ax.text(x + 0.45, row_y + 0.24, state, ha="center", va="center", fontsize=9.5)
+    y -= (len(snap.ref_cnts) - 1) // BLOCKS_PER_LINE + 1
+    queue = " ".join(str(bid + id_offset) for bid in snap.free_queue) or "(empty)"
+    width = max(45, 7 * min(len(snap.ref_cnts), BLOCKS_PER_LINE))
+    text = fill(f"free queue, head first: {queue}", width)
+    ax.text(0, y + 0.75, text, va="top", fontsize=9.5, color="#333333")
+    return y - 0.35 * (text.count("\n") + 1) - 0.25
 
-def plot_block_pool(snapshots: list[PoolSnapshot], title: str = "", id_offset: int = 0):
+def _pool_key(ax) -> None:
+    "The figure's key, under the rows: what each colour, frame and label means."
+    from matplotlib.patches import Patch
+    handles = [Patch(facecolor=_POOL_COLORS["held"], edgecolor="black", label="held (ref N)"),
+               Patch(facecolor=_POOL_COLORS["cached"], edgecolor="black", lw=2.5,
+                     label="free, cached (a hit)"),
+               Patch(facecolor=_POOL_COLORS["empty"], edgecolor="black", label="free, empty"),
+               Patch(facecolor=_POOL_COLORS["null"], edgecolor="black", label="null block"),
+               Patch(facecolor="white", edgecolor="black", lw=2.5, label="bold frame: hashed"),
+               Patch(facecolor="white", edgecolor="white", label="qN: N-th in free queue")]
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=3,
+              frameon=False, handlelength=1.2, columnspacing=1.2)
+
+@styled
+def plot_block_pool(snapshots: list[PoolSnapshot], title: str = "", id_offset: int = 0,
+                    caption: str = ""):
     "One row of blocks per snapshot (colour: state; bold frame: hashed; qN: place in free queue)."
     import matplotlib.pyplot as plt
     n = len(snapshots[0].ref_cnts)
-    fig, ax = plt.subplots(figsize=(0.55 * n + 6, 0.6 * len(snapshots) + 0.6))
-    for row, snap in enumerate(snapshots):
-        _draw_snapshot_row(ax, len(snapshots) - 1 - row, snap, id_offset)
-    ax.set_xlim(-4, n + 6); ax.set_ylim(-0.2, len(snapshots)); ax.axis("off")
-    if title: ax.set_title(title, fontsize=10)
+    per_line = min(n, BLOCKS_PER_LINE)
+    label_w = 0.5 + 0.075 * max(len(s.label) for s in snapshots)
+    fig, ax = plt.subplots(figsize=(0.62 * max(per_line, 9) + label_w, 3))
+    y = 0.0
+    for snap in snapshots: y = _draw_snapshot(ax, y, snap, id_offset)
+    if caption:                     # what produced the snapshots, under the rows
+        from textwrap import fill
+        text = fill(caption, int(fig.get_size_inches()[0] / 0.075))
+        ax.text(-label_w / 0.62, y + 0.5, text, va="top", fontsize=9.5, color="#555555")
+        y -= 0.35 * (text.count("\n") + 1)
+    ax.set_xlim(-label_w / 0.62, max(per_line, 9)); ax.set_ylim(y + 0.45, 1.0); ax.axis("off")
+    fig.set_size_inches(fig.get_size_inches()[0], 0.62 * (0.55 - y) + 0.6)   # rows keep their size
+    if title: ax.set_title(title)
+    _pool_key(ax)
     fig.tight_layout(); plt.close(fig)
     return fig

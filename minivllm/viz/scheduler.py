@@ -2,17 +2,19 @@
 
 # %% ../../nbs/04_scheduler.ipynb #929c5135
 from __future__ import annotations
+from .style import styled
 
 # %% auto #0
 __all__ = ['plot_grants']
 
 # %% ../../nbs/04_scheduler.ipynb #999f6bd8
+@styled
 def plot_grants(trace: dict, budget: int | None = None, title: str = "", ax=None):
     "Stacked bars of tokens granted per step and request; preempted ids marked ✗ (`ax`: optional)."
     import matplotlib.pyplot as plt
     steps = [st for st in trace["steps"] if not st.get("idle")]
     ids = list(dict.fromkeys(rid for st in steps for rid in st["num_scheduled_tokens"]))
-    fig, ax = plt.subplots(figsize=(9, 3.2)) if ax is None else (None, ax)
+    fig, ax = plt.subplots(figsize=(7.5, 3.2)) if ax is None else (None, ax)
     xs, bottom = [st["step"] for st in steps], [0] * len(steps)
     for rid in ids:
         h = [st["num_scheduled_tokens"].get(rid, 0) for st in steps]
@@ -22,12 +24,12 @@ def plot_grants(trace: dict, budget: int | None = None, title: str = "", ax=None
         if st.get("preempted_req_ids"):
             label = "\u2717" + ",".join(st["preempted_req_ids"])            # ✗: preempted
             ax.annotate(label, (x, top), xytext=(0, 2), textcoords="offset points", ha="center",
-                        va="bottom", fontsize=8, color="red")
+                        va="bottom", color="red")
     if budget: ax.axhline(budget, color="black", lw=0.8, ls="--", label="token budget")
     ax.set_ylim(0, 1.12 * max([budget or 0, *bottom, 1]))
     ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
-    ax.set_xlabel("step"); ax.set_ylabel("tokens scheduled"); ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    ax.set_xlabel("step"); ax.set_ylabel("tokens scheduled"); ax.set_title(title)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     if fig is None: return ax
     fig.tight_layout(); plt.close(fig)
     return fig

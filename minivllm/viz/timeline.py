@@ -4,6 +4,7 @@
 from __future__ import annotations
 import numpy as np
 from .block_pool import plot_block_pool
+from .style import styled
 from ..timeline import RequestStep, StepRecord, TimelineRecorder
 
 # %% auto #0
@@ -15,9 +16,14 @@ PHASE_COLORS = {"prefill": "#6fa8dc", "decode": "#93c47d", "resumed": "#b4a7d6",
                 "waiting": "#eeeeee", "preempted": "#cccccc", "running": "#ffffff"}
 
 def _caption(fig, recorder: TimelineRecorder) -> None:
-    "The device/settings line at the bottom of a figure."
-    fig.text(0.01, 0.005, recorder.settings_label(), fontsize=7, color="#555555", ha="left",
-             va="bottom", wrap=True)
+    "The device/settings line under a figure, wrapped to its width."
+    fig.text(0.01, 0.0, _wrap(recorder.settings_label(), fig), fontsize=9.5, color="#555555",
+             ha="left", va="top")
+
+def _wrap(text: str, fig) -> str:
+    "`text` in lines about as wide as `fig` (9.5 pt characters are about 0.075 inch wide)."
+    from textwrap import fill
+    return fill(text, int(fig.get_size_inches()[0] / 0.075))
 
 def _title(title: str, recorder: TimelineRecorder) -> str:
     "The figure's title, and on a second line what drew it."
@@ -33,13 +39,13 @@ def _draw_cell(ax, x: int, y: int, r: RequestStep, label: bool) -> None:
     ax.add_patch(Rectangle((x - 0.45, y - 0.4), 0.9, 0.8, facecolor=PHASE_COLORS[r.phase],
                            edgecolor="#999999" if r.grant == 0 else "black", linewidth=0.6,
                            hatch="//" if r.is_prefill_chunk else None))
-    if r.grant and label: ax.text(x, y, str(r.grant), ha="center", va="center", fontsize=7)
+    if r.grant and label: ax.text(x, y, str(r.grant), ha="center", va="center", fontsize=9.5)
     if r.preempted:
         ax.plot([x - 0.4, x + 0.4], [y - 0.35, y + 0.35], color="red", lw=1.5)
         ax.plot([x - 0.4, x + 0.4], [y + 0.35, y - 0.35], color="red", lw=1.5)
     if r.finish_reason:
         ax.plot([x + 0.47, x + 0.47], [y - 0.42, y + 0.42], color="black", lw=2.5)
-        ax.text(x + 0.55, y, r.finish_reason, fontsize=6, va="center")
+        if label: ax.text(x + 0.55, y, r.finish_reason, fontsize=9.5, va="center")
 
 def _draw_budget(bx, recs: list[StepRecord], label: bool) -> None:
     "Tokens scheduled per step against the token budget."
@@ -52,16 +58,18 @@ def _draw_budget(bx, recs: list[StepRecord], label: bool) -> None:
     else:                           # a budget far above use would flatten the bars: say it instead
         bx.set_ylim(0, max(totals + [1]) * 1.3)
         bx.text(0.99, 0.95, f"token budget {budget} (off scale)", transform=bx.transAxes,
-                ha="right", va="top", fontsize=7)
+                ha="right", va="top", fontsize=9.5)
     if label:
         for x, r in enumerate(recs):
             use = r.total_scheduled / r.token_budget
             bx.text(x, r.total_scheduled, f"{use:.0%}" if use >= 0.01 or use == 0 else "<1%",
-                    ha="center", va="bottom", fontsize=6)
-    bx.set_ylabel("tokens", fontsize=8); bx.set_xlabel("step", fontsize=8)
-    bx.set_xticks(xs); bx.set_xticklabels([r.step for r in recs], fontsize=7)
-    bx.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+                    ha="center", va="bottom", fontsize=9.5)
+    bx.set_ylabel("tokens", fontsize=9.5); bx.set_xlabel("step", fontsize=9.5)
+    ticks = xs if label else xs[::-(-len(xs) // 12)]   # about a dozen labels when cells are small
+    bx.set_xticks(ticks); bx.set_xticklabels([recs[x].step for x in ticks], fontsize=9.5)
+    bx.legend(fontsize=9.5, loc="upper left", bbox_to_anchor=(1.01, 1.0))
 
+@styled
 def plot_timeline(recorder: TimelineRecorder, steps: range | None = None,
                   title: str = "Step timeline", label_cells: bool | None = None):
     "Figure 1: requests x steps, cells = tokens granted, coloured by phase; budget use underneath."
@@ -71,44 +79,46 @@ def plot_timeline(recorder: TimelineRecorder, steps: range | None = None,
     ids = _row_order(recs)
     nx, ny = len(recs), len(ids)
     top = max(ny, 4)                # rows keep their size (and sit at the top) when there are few
-    label_cells = nx <= 40 if label_cells is None else label_cells
-    size = (min(max(7.0, 3.5 + 0.5 * nx), 18), 3.0 + 0.38 * top)
+    width = min(max(6.0, 2.5 + 0.5 * nx), 8.5)    # wider would shrink the text on the page
+    label_cells = (width - 1.5) / nx >= 0.4 if label_cells is None else label_cells
+    size = (width, 3.0 + 0.38 * top)
     fig, (ax, bx) = plt.subplots(2, 1, figsize=size, sharex=True,
                                  gridspec_kw=dict(height_ratios=[top, 2.6]))
     row = {rid: top - 1 - i for i, rid in enumerate(ids)}
     for x, rec in enumerate(recs):
         for r in rec.requests: _draw_cell(ax, x, row[r.req_id], r, label_cells)
     ax.set_xlim(-0.6, nx - 0.4 + 0.8); ax.set_ylim(-0.6, top - 0.4)
-    ax.set_yticks(range(top - ny, top)); ax.set_yticklabels(ids[::-1], fontsize=8)
-    ax.set_title(_title(title, recorder), fontsize=10)
+    ax.set_yticks(range(top - ny, top)); ax.set_yticklabels(ids[::-1], fontsize=9.5)
+    ax.set_title(_title(title, recorder))
     handles = [Patch(facecolor=c, edgecolor="black", label=k) for k, c in PHASE_COLORS.items()]
     handles += [Patch(facecolor="white", edgecolor="black", hatch="//", label="chunk (no sample)"),
                 Patch(facecolor="white", edgecolor="red", label="X = preempted"),
                 Patch(facecolor="black", label="| = finished")]
-    ax.legend(handles=handles, fontsize=6, ncol=1, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.legend(handles=handles, fontsize=9.5, ncol=1, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     _draw_budget(bx, recs, label_cells)
-    fig.tight_layout(rect=(0, 0.03, 1, 1)); _caption(fig, recorder); plt.close(fig)
+    fig.tight_layout(); _caption(fig, recorder); plt.close(fig)
     return fig
 
 # %% ../../nbs/22_timeline.ipynb #70b9026a
+@styled
 def plot_kv_cache(recorder: TimelineRecorder, title: str = "KV cache over time"):
     "Figure 2: KV usage, free and cached-but-free blocks, and evictions per step."
     import matplotlib.pyplot as plt
     recs = list(recorder)
     x = [r.step for r in recs]
-    fig, (ax, bx) = plt.subplots(2, 1, figsize=(min(3 + 0.25 * len(recs), 14), 4.8), sharex=True)
+    fig, (ax, bx) = plt.subplots(2, 1, figsize=(min(max(5.5, 3 + 0.25 * len(recs)), 8), 4.8), sharex=True)
     ax.plot(x, [r.kv_usage for r in recs], marker=".", label="usage after schedule()")
     ax.plot(x, [r.kv_usage_after for r in recs], ls="--", label="usage after the step")
-    ax.set_ylim(-0.02, 1.02); ax.set_ylabel("KV usage", fontsize=8)
-    ax.set_title(_title(title, recorder), fontsize=10)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.set_ylim(-0.02, 1.02); ax.set_ylabel("KV usage", fontsize=9.5)
+    ax.set_title(_title(title, recorder))
+    ax.legend(fontsize=9.5, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     bx.plot(x, [r.num_free_blocks for r in recs], marker=".", label="free blocks")
     bx.plot(x, [r.num_cached_free_blocks for r in recs], marker=".", label="cached but free")
     bx.bar(x, [r.num_evicted_blocks for r in recs], color="#cc0000", alpha=0.6,
            label="evicted this step")
-    bx.set_ylabel("blocks", fontsize=8); bx.set_xlabel("step", fontsize=8)
-    bx.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    fig.tight_layout(rect=(0, 0.04, 1, 1)); _caption(fig, recorder); plt.close(fig)
+    bx.set_ylabel("blocks", fontsize=9.5); bx.set_xlabel("step", fontsize=9.5)
+    bx.legend(fontsize=9.5, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.tight_layout(); _caption(fig, recorder); plt.close(fig)
     return fig
 
 # %% ../../nbs/22_timeline.ipynb #a2802006
@@ -119,13 +129,11 @@ def plot_pool_at(recorder: TimelineRecorder, steps: int | list[int], title: str 
     by_step = {r.step: r for r in recorder}
     if any(by_step[s].pool is None for s in steps):
         raise ValueError("no pool snapshot recorded: use TimelineRecorder(snapshot_pool=True)")
-    fig = plot_block_pool([by_step[s].pool for s in steps], _title(title, recorder),
-                          id_offset=id_offset)
-    w, h = fig.get_size_inches(); fig.set_size_inches(w, h + 0.5)
-    fig.subplots_adjust(bottom=0.3 / (h + 0.5) + 0.02); _caption(fig, recorder)
-    return fig
+    return plot_block_pool([by_step[s].pool for s in steps], _title(title, recorder),
+                           id_offset=id_offset, caption=recorder.settings_label())
 
 # %% ../../nbs/22_timeline.ipynb #6a031c81
+@styled
 def plot_slots(block_ids: list[int], block_size: int, start: int, stop: int, title: str = "",
                caption: str = ""):
     "A block table slot by slot; positions `start..stop-1` (written this step) show their slots."
@@ -135,24 +143,24 @@ def plot_slots(block_ids: list[int], block_size: int, start: int, stop: int, tit
     fig, ax = plt.subplots(figsize=(max(6.5, 2.8 + 0.75 * bs), 1.3 + 0.45 * max(n, 1)))
     for i, bid in enumerate(block_ids):
         y = n - 1 - i
-        ax.text(-0.3, y + 0.45, f"logical {i} -> block {bid}", ha="right", va="center", fontsize=8)
+        ax.text(-0.3, y + 0.45, f"logical {i} -> block {bid}", ha="right", va="center", fontsize=9.5)
         for j in range(bs):
             pos = i * bs + j
             new = start <= pos < stop
             color = "#6fa8dc" if new else "#dddddd" if pos < start else "white"
             ax.add_patch(Rectangle((j, y), 0.95, 0.9, facecolor=color, edgecolor="black",
                                    linewidth=0.6))
-            ax.text(j + 0.47, y + 0.6, f"p{pos}", ha="center", va="center", fontsize=7)
+            ax.text(j + 0.47, y + 0.6, f"p{pos}", ha="center", va="center", fontsize=9.5)
             if new: ax.text(j + 0.47, y + 0.25, f"s{bid * bs + j}", ha="center", va="center",
-                            fontsize=7, weight="bold")
+                            fontsize=9.5, weight="bold")
     slots = [block_ids[p // bs] * bs + p % bs for p in range(start, stop)]
     shown = slots if len(slots) <= 8 else slots[:8] + ["..."]
     ax.set_xlim(-4.2, max(bs + 0.2, 6)); ax.set_ylim(-0.2, n + 0.1); ax.axis("off")
-    ax.set_title(f"{title}positions {start}..{stop - 1} -> slots {shown}", fontsize=9)
-    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    ax.set_title(f"{title}positions {start}..{stop - 1} -> slots {shown}", fontsize=10)
+    fig.tight_layout()
     if caption:
-        fig.text(0.01, 0.005, caption, fontsize=7, color="#555555", ha="left", va="bottom",
-                 wrap=True)
+        fig.text(0.01, 0.0, _wrap(caption, fig), fontsize=9.5, color="#555555", ha="left",
+                 va="top")
     plt.close(fig)
     return fig
 
@@ -179,6 +187,7 @@ def step_batch_inputs(recorder: TimelineRecorder, step: int) -> tuple:
     return input_batch.req_ids, prepare_inputs(input_batch, np.array([r.grant for r in reqs]))
 
 # %% ../../nbs/22_timeline.ipynb #66f1050b
+@styled
 def plot_prepare_inputs(batch_inputs, req_ids: list[str] | None = None,
                         title: str = "prepare_inputs", recorder: TimelineRecorder | None = None,
                         max_tokens: int = 48, max_model_len: int | None = None):
@@ -202,7 +211,7 @@ def plot_prepare_inputs(batch_inputs, req_ids: list[str] | None = None,
     cmap = plt.get_cmap("tab10")
     fig, ax = plt.subplots(figsize=(max(6.5, 2.2 + 0.55 * n), 0.5 * len(rows) + 1.6))
     for y, (name, vals) in enumerate(rows):
-        ax.text(-0.2, -y + 0.45, name, ha="right", va="center", fontsize=8)
+        ax.text(-0.2, -y + 0.45, name, ha="right", va="center", fontsize=9.5)
         for x in range(n):
             ax.add_patch(
                 Rectangle(
@@ -215,7 +224,7 @@ def plot_prepare_inputs(batch_inputs, req_ids: list[str] | None = None,
                     linewidth=0.5,
                 )
             )
-            ax.text(x + 0.47, -y + 0.45, str(int(vals[x])), ha="center", va="center", fontsize=7)
+            ax.text(x + 0.47, -y + 0.45, str(int(vals[x])), ha="center", va="center", fontsize=9.5)
     for q in batch_inputs.query_start_loc:
         if q <= n: ax.axvline(q - 0.025, color="black", lw=1.5)
     names = req_ids or [str(i) for i in range(len(batch_inputs.seq_lens))]
@@ -227,7 +236,7 @@ def plot_prepare_inputs(batch_inputs, req_ids: list[str] | None = None,
                 1.05 + 0.4 * (i % 2),
                 f"{names[i]} (seq_len {int(batch_inputs.seq_lens[i])})",
                 ha="center",
-                fontsize=7,
+                fontsize=9.5,
             )
     more = (
         f" (first {n} of {batch_inputs.num_tokens} tokens)" if n < batch_inputs.num_tokens else ""
@@ -236,7 +245,7 @@ def plot_prepare_inputs(batch_inputs, req_ids: list[str] | None = None,
         f"{title}: query_start_loc {batch_inputs.query_start_loc.tolist()}{more}", fontsize=9
     )
     ax.set_xlim(-2.6, max(n + 0.2, 9)); ax.set_ylim(-len(rows) + 0.8, 1.9); ax.axis("off")
-    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    fig.tight_layout()
     if recorder is not None: _caption(fig, recorder)
     plt.close(fig)
     return fig
