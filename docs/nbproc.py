@@ -144,7 +144,7 @@ def rm_hidden(cell):
     that are only imports are folded (myst-nb `hide-input`)."""
     d = cell.directives_ or {}
     if d.keys() & {"hide", "default_exp"}: del(cell["source"]); return
-    if d.keys() & {"export", "exporti"} and cell.cell_type == "code":
+    if d.keys() & {"export", "exporti", "exports"} and cell.cell_type == "code":
         code = "\n".join(l for l in cell.source.splitlines() if not l.lstrip().startswith("#|"))
         tags = list(cell.setdefault("metadata", {}).get("tags", []))
         tags.append(EXPORT_TAG)

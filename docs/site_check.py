@@ -9,8 +9,8 @@ summary. Each problem has a kind:
 * `code`: a chapter page lacks the source of a definition its notebook exports (every exported
   `def`/`class` must appear in one of the page's code cells);
 * `duplicate`: an API entry (a show_doc signature) shown twice, on one page or on two pages;
-* `repo-link`: a link to settings.ini's `git_url` (a repository that does not exist) or to
-  github.com/<user>/<repo> of settings.ini;
+* `repo-link`: a link to (or below) the owner of settings.ini's `git_url` (github.com/minivllm:
+  a repository that does not exist), or to nbdev's Quarto site (`doc_host` + `doc_baseurl`);
 * `link`: a link inside the site to a page or an anchor that does not exist (the API entries'
   "source" links to the module pages are raw HTML, which Sphinx does not check);
 * `figure-png` / `figure-dpi`: an image of the site that is not an 8-bit RGB or RGBA PNG (a
@@ -132,6 +132,10 @@ def check_site(site=SITE, manifest=None):
     # the repository's owner on its host (github.com/minivllm): no link to it or below it
     owner = re.sub(r"^https?://", "", git_url).rsplit("/", 1)[0] if git_url.count("/") > 3 else git_url
     bad_hosts = [owner] if owner else []
+    # nbdev's links to its Quarto site (settings.ini doc_host + doc_baseurl), which is not this one:
+    # docs/stage_nbs.py rewrites them to the local pages
+    doc_url = manifest.get("doc_url", "").rstrip("/")
+    if doc_url: bad_hosts.append(doc_url)
     probs = []
     html = {p.relative_to(site).as_posix(): p for p in site.rglob("*.html")
             if not p.relative_to(site).parts[0].startswith("_")}
@@ -142,7 +146,7 @@ def check_site(site=SITE, manifest=None):
             host_ = re.sub(r"^https?://", "", host)
             if host_ in text:
                 probs.append((rel, "repo-link", f"{text.count(host_)} link(s)/mention(s) of {host_} "
-                                                "(a repository that does not exist)"))
+                                                "(a repository or site that does not exist)"))
         s = BeautifulSoup(text, "html.parser")
         soups[rel] = s
         ids[rel] = {el["id"] for el in s.find_all(id=True)} | {a["name"] for a in s.find_all("a", attrs={"name": True})}

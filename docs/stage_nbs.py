@@ -17,7 +17,7 @@ understands:
 * `#| echo: false`               -> myst-nb tag `remove-input`
 * `#| output: false`             -> tag `remove-output`
 * `#| include: false`            -> tag `remove-cell`
-* `#| code-fold: ...`            -> tag `hide-input` (collapsed "show code" toggle)
+* `#| code-fold: true`           -> tag `hide-input` (collapsed "show code" toggle; `show`: open)
 * the other `#|` lines at the top of a code cell -> removed from the displayed source
 * nbdev's doc links (`{doc_host}{doc_baseurl}/PAGE.html#sym`) -> MyST links to the chapter
   (and to the `show_doc` entry when the chapter has one), so they are checked by Sphinx.
@@ -321,7 +321,9 @@ def convert(nb, stem, labels, problems=None, head=None, sources=None, notes=None
             if dirs.get("echo", "").lower() == "false": tags.append("remove-input")
             if dirs.get("output", "").lower() == "false": tags.append("remove-output")
             if dirs.get("include", "").lower() == "false": tags.append("remove-cell")
-            if "code-fold" in dirs and dirs["code-fold"].lower() != "false": tags.append("hide-input")
+            # Quarto's `code-fold: show` (nbdev adds it to `#| exports` cells) is open: shown
+            if "code-fold" in dirs and dirs["code-fold"].lower() not in ("false", "show"):
+                tags.append("hide-input")
             cell["source"] = code
             md_ = cell.setdefault("metadata", {})
             if tags: md_["tags"] = sorted(set(tags))
@@ -440,7 +442,7 @@ def main():
     for stem, nb in nbs.items():
         (OUT / f"{stem}.ipynb").write_text(json.dumps(nb, indent=1, ensure_ascii=False), encoding="utf-8")
     MANIFEST.parent.mkdir(parents=True, exist_ok=True)
-    MANIFEST.write_text(json.dumps({"pages": manifest, "git_url": GIT_URL,
+    MANIFEST.write_text(json.dumps({"pages": manifest, "git_url": GIT_URL, "doc_url": DOC_URL,
                                     "modules": {p: m for p, m in lib.mods.items()}},
                                    indent=1, ensure_ascii=False), encoding="utf-8")
     print(f"stage_nbs: {len(nbs)} notebook(s) from {SRC} -> {OUT.relative_to(ROOT)}: "
