@@ -12,7 +12,9 @@ What nbdev_test throws away is kept: the executed notebook -- the source noteboo
 cell that ran carrying its fresh outputs (a skipped cell keeps the outputs saved in nbs/) -- is
 written to the build folder (default `docs/_build/executed/`, never nbs/), with
 `metadata.minivllm_executed` set. `docs/build.sh docs/_build/executed` builds the site from
-these, so every page shows the results of this run and nothing is executed twice.
+these, so every page shows the results of this run and nothing is executed twice. Every PNG
+matplotlib writes during the run records its smallest font size (`record_font_sizes`), for the
+docs' figure-text check.
 
 Usage (from the repository root):
   python docs/run_nbs.py [--out DIR] [--n_workers N] [--flags "gpu slow"] [NOTEBOOK ...]
@@ -39,6 +41,39 @@ class NotebookTimeout(Exception): pass
 def _alarm(signum, frame): raise NotebookTimeout("the notebook ran past --timeout")
 
 
+def record_font_sizes():
+    """Make every PNG that matplotlib writes in this process carry its smallest font size: a text
+    chunk `min_font_pt` (the smallest size, in points, of the figure's non-empty visible texts,
+    tick labels included). docs/browser_check.py reads it to compute the smallest text of each
+    figure as the page shows it (pt x dpi / 72 x shown width / saved width); the image itself is
+    unchanged. Applies to the notebooks' inline figures and to the PNG files they save."""
+    try:
+        from matplotlib.backend_bases import FigureCanvasBase
+        from matplotlib.text import Text
+    except ImportError: return
+    orig = FigureCanvasBase.print_figure
+    if getattr(orig, "_min_font_pt", False): return
+
+    def print_figure(self, filename, *args, **kwargs):
+        fmt = kwargs.get("format") or (os.fspath(filename).rsplit(".", 1)[-1]
+                                       if isinstance(filename, (str, os.PathLike)) else None)
+        if str(fmt or "").lower() == "png" and "min_font_pt" not in (kwargs.get("metadata") or {}):
+            try:
+                fig = self.figure
+                fig.draw_without_rendering()  # tick labels get their text at draw time
+                sizes = [t.get_fontsize() for t in fig.findobj(Text)
+                         if t.get_visible() and t.get_text().strip() and t.get_alpha() != 0]
+                if sizes:
+                    kwargs["metadata"] = {**(kwargs.get("metadata") or {}),
+                                          "min_font_pt": f"{min(sizes):g}"}
+            except Exception:  # never let the docs' bookkeeping break a notebook's figure
+                pass
+        return orig(self, filename, *args, **kwargs)
+
+    print_figure._min_font_pt = True
+    FigureCanvasBase.print_figure = print_figure
+
+
 def run_one(fn, out, skip_flags, force_flags, timeout=0):
     "Execute `fn` as nbdev's test_nb does; write the executed notebook to `out`. -> (ok, secs, err)"
     from execnb.nbio import read_nb, write_nb
@@ -51,6 +86,7 @@ def run_one(fn, out, skip_flags, force_flags, timeout=0):
     fn, out = Path(fn), Path(out)
     if str(ROOT) not in sys.path: sys.path.insert(0, str(ROOT))
     os.environ["IN_TEST"] = "1"
+    record_font_sizes()
     flags = set(skip_flags) - set(force_flags)
     raw = read_nb(fn)            # what is written out: the notebook as it is, plus fresh outputs
     proc = NBProcessor(fn, procs=FrontmatterProc)  # what runs: directives removed, as nbdev_test

@@ -120,3 +120,29 @@ def test_built_site():
     probs = sc.check_site()
     failing = [p for p in probs if sc.failing(p[1])]
     assert not failing, "\n".join(f"{p} [{k}]: {m}" for p, k, m in failing[:40])
+
+
+def test_figures_record_their_smallest_font(tmp_path):
+    "docs/run_nbs.py makes matplotlib's PNGs carry `min_font_pt`, which the figure check reads."
+    import io
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    _mod("run_nbs").record_font_sizes()
+    sc = _mod("site_check")
+    fig, ax = plt.subplots(figsize=(3, 2))
+    ax.plot([0, 1], [0, 1], label="a line")
+    ax.tick_params(labelsize=6.5)
+    ax.legend(fontsize=8)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=120)
+    plt.close(fig)
+    info = sc.png_info(buf.getvalue())
+    assert info["dpi"] == 120 and sc.min_font_pt(info) == 6.5
+    path = tmp_path / "f.png"
+    fig, ax = plt.subplots()
+    ax.set_title("t", fontsize=11)
+    ax.tick_params(labelsize=12)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    assert sc.min_font_pt(sc.png_info(path.read_bytes())) == 11
