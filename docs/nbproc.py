@@ -41,6 +41,7 @@ from fastcore.basics import str2bool
 from fastcore.parallel import parallel
 from nbdev.config import get_config
 from nbdev.doclinks import nbglob
+from nbdev.process import Processor
 from nbdev.processors import (FilterDefaults, add_show_docs, exec_show_docs, rm_export, _do_eval,
                               _is_showdoc, _want_doc, _show_docs, _get_nm, cell_lang, _def_types)
 from nbdev.showdoc import showdoc_nm
@@ -138,21 +139,33 @@ def is_plumbing(source):
 EXPORT_TAG = "minivllm-export"   # read by docs/stage_nbs.py: exported source, shown on the page
 
 
-def rm_hidden(cell):
+class rm_hidden(Processor):
     """nbdev's rm_export, but exported cells stay on the page (nbdev's `#| exports`): a literate
     chapter shows the code it teaches. `#| hide` and `#| default_exp` cells still go; exported cells
-    that are only imports are folded (myst-nb `hide-input`)."""
-    d = cell.directives_ or {}
-    if d.keys() & {"hide", "default_exp"}: del(cell["source"]); return
-    if d.keys() & {"export", "exporti", "exports"} and cell.cell_type == "code":
-        code = "\n".join(l for l in cell.source.splitlines() if not l.lstrip().startswith("#|"))
-        tags = list(cell.setdefault("metadata", {}).get("tags", []))
-        tags.append(EXPORT_TAG)
-        if is_plumbing(code):
-            tags.append("hide-input")
-            cell["metadata"]["mystnb"] = {"code_prompt_show": "Show the module's imports",
-                                          "code_prompt_hide": "Hide the module's imports"}
-        cell["metadata"]["tags"] = tags
+    that are only imports are folded (myst-nb `hide-input`). Each exported cell records the module
+    it goes to (`metadata.minivllm_module`, relative to the package, as `default_exp` writes it)."""
+    def begin(self):  # directives are already parsed out of the sources (cell.directives_)
+        self.mod = next((c.directives_["default_exp"][0] for c in self.nb.cells
+                         if (getattr(c, "directives_", None) or {}).get("default_exp")), None)
+
+    def cell(self, cell):
+        d = cell.directives_ or {}
+        if d.keys() & {"hide", "default_exp"}: del(cell["source"]); return
+        if d.keys() & {"export", "exporti", "exports"} and cell.cell_type == "code":
+            args = next((d[k] for k in ("export", "exporti", "exports") if d.get(k)), None)
+            _tag_export(cell, args[0] if args else self.mod)
+
+
+def _tag_export(cell, module):
+    code = "\n".join(l for l in cell.source.splitlines() if not l.lstrip().startswith("#|"))
+    tags = list(cell.setdefault("metadata", {}).get("tags", []))
+    tags.append(EXPORT_TAG)
+    if module: cell["metadata"]["minivllm_module"] = module
+    if is_plumbing(code):
+        tags.append("hide-input")
+        cell["metadata"]["mystnb"] = {"code_prompt_show": "Show the module's imports",
+                                      "code_prompt_hide": "Hide the module's imports"}
+    cell["metadata"]["tags"] = tags
 
 
 class DocsFilter(FilterDefaults):

@@ -68,6 +68,7 @@ class SourceIndex:
     "The package's modules: their pages, and where each definition starts."
     def __init__(self, root, lib_path):
         self.root = Path(root)
+        self.lib = str(lib_path).strip("/")
         self.mods = modules(root, lib_path)
         self.text = {p: (self.root / p).read_text(encoding="utf-8") for p in self.mods}
         self.defs = {p: definitions(t) for p, t in self.text.items()}
@@ -80,6 +81,15 @@ class SourceIndex:
         p = cands[0]
         ln = self.defs[p].get(name) or self.defs[p].get(name.split(".")[-1]) or line
         return f"{page_name(self.mods[p])}.html" + (f"#L-{ln}" if ln else "")
+
+    def module_page(self, module):
+        """(path, href) of a module named as `default_exp` / `#| export X` name it, relative to the
+        package (`scheduler`, `core.sched.scheduler`, `__init__`), or None."""
+        pkg = self.lib.replace("/", ".")
+        dotted = re.sub(r"(^|\.)__init__$", "", f"{pkg}.{module}").strip(".") or pkg
+        for path, mod in self.mods.items():
+            if mod == dotted: return path, f"{page_name(mod)}.html"
+        return None
 
     def chapters(self, path):
         "Notebooks the module is exported from, in file order (nbdev's `# %% ../nbs/X.ipynb` marks)."

@@ -328,6 +328,13 @@ def convert(nb, stem, labels, problems=None, head=None, sources=None, notes=None
             md_ = cell.setdefault("metadata", {})
             if tags: md_["tags"] = sorted(set(tags))
             if not code.strip() and not cell.get("outputs"): continue
+            # exported code (docs/nbproc.py): a small label names the module and links its page
+            mod = md_.get("minivllm_module")
+            page = sources.module_page(mod) if (sources and mod) else None
+            if page and "minivllm-export" in tags and "hide-input" not in tags:
+                cells.append({"cell_type": "markdown", "metadata": {}, "source":
+                              f'<p class="export-label">exported to <a class="reference internal" '
+                              f'href="{page[1]}"><code>{page[0]}</code></a></p>\n'})
         cells.append(cell)
     if title is None:  # no H1 + summary in the notebook: give the page a title anyway
         first_md = next((src(c) for c in cells if c["cell_type"] == "markdown"), "")

@@ -146,3 +146,14 @@ def test_figures_record_their_smallest_font(tmp_path):
     fig.savefig(path, dpi=100)
     plt.close(fig)
     assert sc.min_font_pt(sc.png_info(path.read_bytes())) == 11
+
+
+def test_module_pages_by_default_exp_name(tmp_path):
+    sp = _mod("source_pages")
+    (tmp_path / "pkg" / "core").mkdir(parents=True)
+    (tmp_path / "pkg" / "__init__.py").write_text("X = 1")
+    (tmp_path / "pkg" / "core" / "sched.py").write_text("Y = 2")
+    idx = sp.SourceIndex(tmp_path, "pkg")
+    assert idx.module_page("core.sched") == ("pkg/core/sched.py", "source/pkg.core.sched.html")
+    assert idx.module_page("__init__") == ("pkg/__init__.py", "source/pkg.html")
+    assert idx.module_page("missing") is None
