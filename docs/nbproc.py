@@ -13,7 +13,8 @@ with three processors changed:
   that has none, but compares the bare name (`schedule`) with the documented ones
   (`Scheduler.schedule`), so each `@patch` method with its own show_doc got two entries; and
   it inserted a cell's entries in reverse order of the definitions.
-* `exec_show_docs` -> `docs_exec_show_docs`:
+* `exec_show_docs` -> `docs_exec_show_docs`: (and the imports an exported cell makes under
+  `if TYPE_CHECKING:` are run too, since show_doc evaluates annotations such as `llm: LLM`)
 
 nbdev re-executes, in a fresh shell, every exported cell, every `show_doc` cell and every cell
 that contains an import (so that show_doc has something to document), and stores the new
@@ -58,6 +59,19 @@ def _imports_only(source):
     return "\n".join(ast.unparse(n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom)))
 
 
+def _type_checking_imports(source):
+    """The imports under `if TYPE_CHECKING:` in `source`: show_doc evaluates a signature's
+    annotations (`llm: LLM` under `from __future__ import annotations`), so names imported only for
+    type checkers must exist in the docs' shell too."""
+    try: tree = ast.parse(source)
+    except SyntaxError: return ""
+    out = []
+    for n in tree.body:
+        if isinstance(n, ast.If) and "TYPE_CHECKING" in ast.unparse(n.test):
+            out += [ast.unparse(m) for m in n.body if isinstance(m, (ast.Import, ast.ImportFrom))]
+    return "\n".join(out)
+
+
 def _has_markdown(cell):
     return any("text/markdown" in (o.get("data") or {}) for o in cell.get("outputs") or [])
 
@@ -82,6 +96,11 @@ class docs_exec_show_docs(exec_show_docs):
             self.k.cell(cell)  # as nbdev: exported definitions and show_doc output
             if self.k.exc:
                 raise Exception(f"Error{' in notebook: ' + title if title else ''} in cell {cell.idx_} :\n{cell.source}") from self.k.exc
+            tc = _type_checking_imports(cell.source) if not _is_showdoc(cell) else ""
+            if tc:
+                self.k.run(tc)
+                if self.k.exc:
+                    print(f"docs: note: type-checking imports of cell {cell.idx_} of {title!r} failed: {self.k.exc!r}", flush=True)
             return
         imports = _imports_only(cell.source)  # ordinary cell: only what it imports
         if imports:

@@ -157,3 +157,11 @@ def test_module_pages_by_default_exp_name(tmp_path):
     assert idx.module_page("core.sched") == ("pkg/core/sched.py", "source/pkg.core.sched.html")
     assert idx.module_page("__init__") == ("pkg/__init__.py", "source/pkg.html")
     assert idx.module_page("missing") is None
+
+
+def test_type_checking_imports_are_found():
+    nbproc = _mod("nbproc")
+    src = ("from __future__ import annotations\nfrom typing import TYPE_CHECKING\n"
+           "if TYPE_CHECKING: from pkg.llm import LLM\nif typing.TYPE_CHECKING:\n    import a.b as c\n")
+    assert nbproc._type_checking_imports(src) == "from pkg.llm import LLM\nimport a.b as c"
+    assert nbproc._type_checking_imports("import os") == ""
