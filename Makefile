@@ -49,8 +49,17 @@ readme-check: install
 nbtest: install
 	$(PY) docs/run_nbs.py --n_workers 2
 
-pytest: install
+pytest: install vllm-env
 	$(BIN)/pytest -q tests
+
+## vllm-env: vLLM 0.33 in a venv of its own (build/vllm-venv; its pins clash with the project's) for
+## the TimelineScheduler tests (tests/test_vllm_plugin.py), which fail in CI without it
+VLLM_VENV := build/vllm-venv
+.PHONY: vllm-env
+vllm-env: $(VLLM_VENV)/.installed
+
+$(VLLM_VENV)/.installed: tests/vllm_env/setup.sh tests/vllm_env/requirements.txt requirements.txt
+	VLLM_VENV=$(VLLM_VENV) bash tests/vllm_env/setup.sh
 
 ## gpu-check: the GPU check of issue 11 on this machine's GPU (bench/GPU_CHECK.md); `make test`
 ## runs its dry run (tests/test_gpu_check.py: every stage at toy size on the CPU)
