@@ -37,10 +37,11 @@ class SchedulerConfig:
 
 @dataclass
 class CacheConfig:
-    "KV-cache shape seen by the scheduler: block size, number of blocks, prefix caching on/off."
+    "KV-cache shape seen by the scheduler: block size, blocks, prefix caching, zeroing of fresh blocks."
     block_size: int = 16
     num_gpu_blocks: int | None = None
     enable_prefix_caching: bool = True
+    needs_kv_cache_zeroing: bool = False   # vLLM: ship fresh blocks for the worker to zero
 
     def __post_init__(self):
         if self.block_size < 1:

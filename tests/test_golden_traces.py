@@ -63,3 +63,38 @@ def test_known_difference_priority_self_preemption():
     assert a["preempted_req_ids"] == b["preempted_req_ids"] == ["L1"]  # L1 preempted itself in both
     assert list(a["num_scheduled_tokens"]) == ["L2"]                   # minivllm: the running loop ended
     assert list(b["num_scheduled_tokens"]) == ["L2", "H1"]             # vLLM 0.33: H1 still scheduled
+
+
+def _grants(trace: dict) -> list[dict]:
+    return [dict(st["num_scheduled_tokens"]) for st in trace["steps"]]
+
+
+def test_known_difference_reserve_full_isl():
+    "vLLM 0.33's default admits a waiting request only when its whole prompt fits; minivllm admits the chunk."
+    workload, ref = load(GOLDEN / "known_differences" / "reserve_full_isl_default.json")
+    assert workload["config"]["scheduler_reserve_full_isl"] is True       # recorded with vLLM's default
+    with pytest.raises(ValueError, match="scheduler_reserve_full_isl"): run_workload(workload)
+    ours = run_workload({**workload, "config": {**workload["config"], "scheduler_reserve_full_isl": False}})
+    assert _grants(ref)[0] == {"A": 24}                                    # vLLM 0.33: B waits
+    assert _grants(ours)[0] == {"A": 24, "B": 8}                           # minivllm: B's chunk fits
+    assert ours["steps"][1]["preempted_req_ids"] == ["B"]                  # ... and is preempted next step
+    assert not any(st["preempted_req_ids"] for st in ref["steps"])
+
+
+def test_known_difference_threshold_single_request():
+    "vLLM 0.33 applies long_prefill_token_threshold only with more than one request; minivllm always."
+    workload, ref = load(GOLDEN / "known_differences" / "threshold_single_request.json")
+    ours = run_workload(workload)
+    assert _grants(ref)[:2] == [{"A": 40}, {"A": 1}]
+    assert _grants(ours)[:4] == [{"A": 16}, {"A": 16}, {"A": 8}, {"A": 1}]
+
+
+def test_known_difference_e10_self_victim():
+    "Chapter 30's E10 (X its own victim): vLLM 0.33 schedules Y in that step; minivllm's running loop ends."
+    workload, ref = load(GOLDEN / "known_differences" / "e10_self_victim.json")
+    ours = run_workload(workload)
+    k = next(st["step"] for st in ours["steps"] if st["preempted_req_ids"])
+    assert decisions(ours)[:k] == decisions(ref)[:k]
+    assert ours["steps"][k]["preempted_req_ids"] == ref["steps"][k]["preempted_req_ids"] == ["X"]
+    assert list(ours["steps"][k]["num_scheduled_tokens"]) == ["H"]
+    assert list(ref["steps"][k]["num_scheduled_tokens"]) == ["H", "Y"]

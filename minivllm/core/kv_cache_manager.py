@@ -44,6 +44,7 @@ class KVCacheManager:
         self.block_pool = BlockPool(num_gpu_blocks, enable_caching)
         self.req_to_blocks: dict[str, list[KVCacheBlock]] = {}
         self.num_cached_block: dict[str, int] = {}
+        self.new_block_ids: list[int] = []   # popped from the pool since take_new_block_ids()
         self.prefix_cache_stats = PrefixCacheStats() if log_stats else None
         self.lifetime_prefix_cache_stats = PrefixCacheStats()
         self.empty_kv_cache_blocks = KVCacheBlocks([])
@@ -123,6 +124,7 @@ def allocate_new_blocks(self: KVCacheManager, request_id: str,
     if num_new <= 0: return []
     new_blocks = self.block_pool.get_new_blocks(num_new)
     req_blocks.extend(new_blocks)
+    self.new_block_ids.extend(b.block_id for b in new_blocks)
     return new_blocks
 
 @patch
@@ -154,6 +156,13 @@ def allocate_slots(self: KVCacheManager, request: Request, num_new_tokens: int,
     if self.enable_caching:
         self.cache_blocks(request, min(total_computed + num_new_tokens, request.num_tokens))
     return KVCacheBlocks(new_blocks)
+
+# %% ../../nbs/03_kv_cache_manager.ipynb #fe5edc32
+@patch
+def take_new_block_ids(self: KVCacheManager) -> list[int]:
+    "The ids of the blocks popped from the pool since the last call (they need zeroing)."
+    ids, self.new_block_ids = self.new_block_ids, []
+    return ids
 
 # %% ../../nbs/03_kv_cache_manager.ipynb #6a9a1b1a
 @patch

@@ -83,6 +83,10 @@ class KVCacheManager:
         """KV slots for `num_new_tokens` more tokens after a prefix hit; `None` (no change) if short."""
         ...
 
+    def take_new_block_ids(self: KVCacheManager) -> list[int]:
+        """The ids of the blocks popped from the pool since the last call (they need zeroing)."""
+        ...
+
     def free(self: KVCacheManager, request: Request) -> None:
         """Release all of `request`'s blocks, last block first."""
         ...

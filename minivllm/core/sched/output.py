@@ -69,6 +69,7 @@ class SchedulerOutput:
     total_num_scheduled_tokens: int = 0
     finished_req_ids: set[str] = field(default_factory=set)
     preempted_req_ids: set[str] = field(default_factory=set)
+    new_block_ids_to_zero: list[int] | None = None   # fresh pool blocks the worker must zero
     # Kept only for parity with vLLM's SchedulerOutput (so code and traces read the same);
     # minivllm has no speculative decoding and no cascade attention, so these stay empty / 0
     # and nothing reads them.
@@ -102,6 +103,9 @@ SCHEDULER_OUTPUT_FIELDS = {
                          "shipped with the next output, then reset to a fresh empty set"),
     "preempted_req_ids": ("requests preempted during this schedule()",
                           "(informational; rows are dropped anyway)", "computed inside schedule()"),
+    "new_block_ids_to_zero": ("blocks popped from the pool this step (KVCacheManager.take_new_block_ids)",
+                              "zero their KV before the forward pass (None: nothing to zero)",
+                              "computed inside schedule(); None unless the cache needs zeroing"),
     "scheduled_spec_decode_tokens": ("draft tokens (speculative decoding; none here)",
                                      "verify drafts (always empty here)", "vLLM parity only"),
     "num_common_prefix_blocks": ("blocks shared by every running request (vLLM: cascade attention)",

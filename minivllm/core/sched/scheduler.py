@@ -215,6 +215,12 @@ def _make_cached_request_data(self: Scheduler, plan: _StepPlan) -> CachedRequest
     return cached
 
 @patch
+def _get_new_block_ids_to_zero(self: Scheduler) -> list[int] | None:
+    "This step's fresh blocks, if the cache needs them zeroed (drained every step either way)."
+    fresh = self.kv_cache_manager.take_new_block_ids()
+    return (fresh or None) if self.cache_config.needs_kv_cache_zeroing else None
+
+@patch
 def _make_output(self: Scheduler, plan: _StepPlan) -> SchedulerOutput:
     "Package a finished plan as a `SchedulerOutput` (counters are still the pre-step snapshots)."
     total = sum(plan.num_scheduled_tokens.values())
@@ -228,7 +234,8 @@ def _make_output(self: Scheduler, plan: _StepPlan) -> SchedulerOutput:
                           num_scheduled_tokens=plan.num_scheduled_tokens,
                           total_num_scheduled_tokens=total,
                           finished_req_ids=self.finished_req_ids,
-                          preempted_req_ids={r.request_id for r in plan.preempted_reqs})
+                          preempted_req_ids={r.request_id for r in plan.preempted_reqs},
+                          new_block_ids_to_zero=self._get_new_block_ids_to_zero())
     self.prev_step_scheduled_req_ids = set(plan.num_scheduled_tokens)
     return out
 

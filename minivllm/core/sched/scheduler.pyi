@@ -58,6 +58,10 @@ class Scheduler:
         """Per-request diffs for running (append new blocks) then resumed (replace all blocks) requests."""
         ...
 
+    def _get_new_block_ids_to_zero(self: Scheduler) -> list[int] | None:
+        """This step's fresh blocks, if the cache needs them zeroed (drained every step either way)."""
+        ...
+
     def _make_output(self: Scheduler, plan: _StepPlan) -> SchedulerOutput:
         """Package a finished plan as a `SchedulerOutput` (counters are still the pre-step snapshots)."""
         ...
