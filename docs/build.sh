@@ -3,7 +3,8 @@
 #   0. (make docs / make test) docs/run_nbs.py executed the notebooks -- the notebook tests --
 #      and wrote them, with fresh outputs, to docs/_build/executed: the site is built from those.
 #   1. docs/nbproc.py: nbdev's processing (what `nbdev_proc_nbs` does): SRC -> _proc/
-#   2. docs/stage_nbs.py: _proc -> docs/_nbs (Quarto-isms -> myst-nb; reading order; toc)
+#   2. docs/stage_nbs.py: _proc -> docs/_nbs (Quarto-isms -> myst-nb; reading order; parts and
+#      chapter numbers; module source pages via docs/source_pages.py; docs/_build/site_manifest.json)
 #   3. sphinx-build -W --keep-going: any warning not listed as harmless in docs/conf.py
 #      (missing figure, broken cross-reference, bad toctree, ...) fails the build.
 # Usage: bash docs/build.sh [SRC]  (from anywhere; uses the repo's .venv unless PYTHON is set)
@@ -25,7 +26,8 @@ if [ "$SRC" = "$ROOT/nbs" ]; then
   echo "docs: building from the outputs saved in nbs/ (\`make docs\` builds from a fresh execution)"
 fi
 
-# 1. nbdev's notebook processing (`#| hide`, `#| export`, show_doc, doc links, front matter):
+# 1. nbdev's notebook processing (`#| hide`, show_doc, doc links, front matter; `#| export` cells
+# stay on the page, imports-only ones folded; one API entry per definition):
 # SRC -> _proc/. docs/nbproc.py runs nbdev's own processors, as `nbdev_proc_nbs` does, without
 # that command's Quarto install / `pip install -e .` / nbs/_quarto.yml side effects, and keeps the
 # notebooks' outputs -- fresh ones from docs/_build/executed (see its docstring). nbdev's lint "Found cells containing imports and
