@@ -209,7 +209,7 @@ def test_engine_failures_reach_the_client(tiny_path):
             async_llm.proc.kill()
             async for _ in agen: pass
         with pytest.raises(EngineDeadError, match="exited"): asyncio.run(killed_mid_stream())
-        with serve_in_thread(build_app(async_llm)) as url:
+        with serve_in_thread(build_app(async_llm, keep_alive_on_engine_death=True)) as url:
             assert httpx.get(f"{url}/health").status_code == 503
 
 

@@ -4,16 +4,17 @@
 
 # %% ../../nbs/24_async_llm.ipynb #ffc64b16
 from __future__ import annotations
-import asyncio, atexit, concurrent.futures, itertools, multiprocessing, pickle, queue
+import asyncio, atexit, concurrent.futures, itertools, logging, math, multiprocessing, pickle
+import queue
 import shutil, signal, tempfile, threading, time, traceback, uuid
-from dataclasses import asdict
+from dataclasses import asdict, fields, replace
 from enum import Enum
 from functools import partial
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable
 import msgpack, zmq
 from fastcore.basics import patch
-from ..request import Request
+from ..request import Request, RequestStatus
 from ..sampling_params import SamplingParams
 from ..core.sched.output import EngineCoreOutput, LogprobsLists
 from .arg_utils import EngineArgs
@@ -23,9 +24,12 @@ from ..outputs import RequestOutput, RequestOutputKind
 from ..entrypoints.llm import check_prompt, check_sampling_params, fan_out
 
 # %% auto #0
-__all__ = ['POLL_INTERVAL_MS', 'OUTPUT_LINGER_MS', 'EngineCoreRequestType', 'EngineDeadError', 'bind_socket', 'request_to_wire',
-           'request_from_wire', 'output_to_wire', 'output_from_wire', 'encode_request', 'decode_request',
-           'EngineCoreProc', 'make_engine_core', 'run_engine_core', 'RequestOutputCollector', 'AsyncLLM']
+__all__ = ['POLL_INTERVAL_MS', 'MAX_FAILED_STEPS', 'OUTPUT_LINGER_MS', 'HEARTBEAT_INTERVAL_S', 'HEARTBEAT_TIMEOUT_S',
+           'MAX_LOGPROBS', 'MAX_N', 'INT64_MIN', 'INT64_MAX', 'FLOAT_FIELDS', 'INT_FIELDS', 'EngineCoreRequestType',
+           'EngineDeadError', 'EngineRequestError', 'bind_socket', 'params_to_wire', 'params_from_wire',
+           'request_to_wire', 'request_from_wire', 'output_to_wire', 'output_from_wire', 'encode_request',
+           'decode_request', 'EngineCoreProc', 'decode_or_error', 'make_engine_core', 'run_engine_core',
+           'RequestOutputCollector', 'AsyncLLM', 'check_request_params']
 
 # %% ../../nbs/24_async_llm.ipynb #ad6110ec
 class EngineCoreRequestType(bytes, Enum):
@@ -36,7 +40,10 @@ class EngineCoreRequestType(bytes, Enum):
     SHUTDOWN = b"\x05"
 
 class EngineDeadError(RuntimeError):
-    "The engine process failed or exited; the message carries its traceback when it could send one."
+    "The engine process failed, exited or froze; the message has its traceback when it sent one."
+
+class EngineRequestError(RuntimeError):
+    "The engine failed while running this one request; the engine itself lives on."
 
 # %% ../../nbs/24_async_llm.ipynb #1292fae5
 def bind_socket(ctx: zmq.Context, kind: int, transport: str,
@@ -50,15 +57,24 @@ def bind_socket(ctx: zmq.Context, kind: int, transport: str,
     return socket, socket.getsockopt(zmq.LAST_ENDPOINT).decode()
 
 # %% ../../nbs/24_async_llm.ipynb #bd626223
+def params_to_wire(sp: SamplingParams) -> dict:
+    "`SamplingParams` as a dict of plain values (an enum field travels as its value)."
+    return {k: v.value if isinstance(v, Enum) else v for k, v in asdict(sp).items()}
+
+def params_from_wire(d: dict) -> SamplingParams:
+    "Rebuild `SamplingParams`; enum fields are recognised by their default's type."
+    enums = {f.name: type(f.default) for f in fields(SamplingParams) if isinstance(f.default, Enum)}
+    return SamplingParams(**{k: enums[k](v) if k in enums else v for k, v in d.items()})
+
 def request_to_wire(r: Request) -> list:
     "An ADD payload: the fields the engine needs to rebuild the `Request`."
-    return [r.request_id, list(r.prompt_token_ids), asdict(r.sampling_params), r.eos_token_id,
-            r.arrival_time, r.priority]
+    return [r.request_id, list(r.prompt_token_ids), params_to_wire(r.sampling_params),
+            r.eos_token_id, r.arrival_time, r.priority]
 
 def request_from_wire(x: list) -> Request:
     "Rebuild the `Request` of an ADD payload (in the engine's input thread)."
     request_id, prompt_token_ids, sampling_params, eos_token_id, arrival_time, priority = x
-    return Request(request_id, prompt_token_ids, SamplingParams(**sampling_params), eos_token_id,
+    return Request(request_id, prompt_token_ids, params_from_wire(sampling_params), eos_token_id,
                    arrival_time, priority)
 
 def _lists_to_wire(x: LogprobsLists | None) -> list | None:
@@ -83,7 +99,9 @@ def encode_request(request_type: EngineCoreRequestType, payload) -> list[bytes]:
 
 def decode_request(frames: list[bytes]) -> tuple[EngineCoreRequestType, Any]:
     "Frames -> `(request_type, payload)`; an ADD payload is already turned into a `Request`."
-    request_type, payload = EngineCoreRequestType(frames[0]), msgpack.unpackb(frames[1])
+    # int map keys allowed: a `logit_bias` is {token id: bias}
+    request_type = EngineCoreRequestType(frames[0])
+    payload = msgpack.unpackb(frames[1], strict_map_key=False)
     if request_type == EngineCoreRequestType.ADD: payload = request_from_wire(payload)
     return request_type, payload
 
@@ -92,13 +110,14 @@ class EngineCoreProc:
     "The engine core as a server: an input thread fills `input_queue`, `run_busy_loop` steps."
     def __init__(self, input_address: str, output_address: str,
                  make_engine_core: Callable[[], EngineCore]):
-        self.input_address, self.make_engine_core = input_address, make_engine_core
+        self.input_address, self.output_address = input_address, output_address
+        self.make_engine_core = make_engine_core
         self.engine_core: EngineCore | None = None
         self.input_queue: queue.Queue = queue.Queue()
         self.ctx = zmq.Context()
         self.output_socket = self.ctx.socket(zmq.PUSH)
         self.output_socket.connect(output_address)
-        self.shutdown_requested, self.step_counter = False, 0
+        self.shutdown_requested, self.step_counter, self.num_failed_steps = False, 0, 0
 
     def send(self, **message) -> None:
         "Send one output message (main thread only: ZMQ sockets are not thread-safe)."
@@ -112,6 +131,14 @@ def _parent_is_dead() -> bool:
     parent = multiprocessing.parent_process()
     return parent is not None and not parent.is_alive()
 
+def decode_or_error(frames: list[bytes]) -> tuple[EngineCoreRequestType, Any]:
+    "`decode_request`, or an ADD whose payload is the `ValueError` that its request id gets back."
+    try: return decode_request(frames)
+    except Exception as e:
+        try: request_id = msgpack.unpackb(frames[1])[0]
+        except Exception: request_id = None   # nobody to tell: the front end never sends this
+        return EngineCoreRequestType.ADD, ValueError(request_id, f"{type(e).__name__}: {e}")
+
 @patch
 def process_input_sockets(self: EngineCoreProc, ready_info: dict) -> None:
     "Input thread: handshake, then decode messages into `input_queue` (SHUTDOWN if parent dies)."
@@ -121,7 +148,7 @@ def process_input_sockets(self: EngineCoreProc, ready_info: dict) -> None:
     try:
         while not self.shutdown_requested:
             if socket.poll(POLL_INTERVAL_MS):
-                self.input_queue.put_nowait(decode_request(socket.recv_multipart()))
+                self.input_queue.put_nowait(decode_or_error(socket.recv_multipart()))
             elif _parent_is_dead():
                 self.input_queue.put_nowait((EngineCoreRequestType.SHUTDOWN, None))
     finally: socket.close(linger=0)
@@ -142,16 +169,41 @@ def _process_input_queue(self: EngineCoreProc) -> None:
     while not self.input_queue.empty():
         self._handle_client_request(*self.input_queue.get_nowait())
 
+MAX_FAILED_STEPS = 3   # this many failed steps in a row: the engine is broken, not a request
+
 @patch
 def _process_engine_step(self: EngineCoreProc) -> None:
-    "One `EngineCore.step()`; its outputs (and scheduler stats) go to the front end."
+    "One `EngineCore.step()`; its outputs go out. A failed step fails its new requests (only)."
     if self.shutdown_requested or not self.engine_core.scheduler.has_requests(): return
-    outputs, _ = self.engine_core.step()
-    self.step_counter += 1
+    running_before = {r.request_id for r in self.engine_core.scheduler.running}
+    try: outputs, _ = self.engine_core.step()
+    except Exception as e:
+        self.num_failed_steps += 1
+        if self.num_failed_steps >= MAX_FAILED_STEPS: raise   # run() reports it: engine dead
+        return self._recover_from_failed_step(running_before, e)
+    self.step_counter, self.num_failed_steps = self.step_counter + 1, 0
     if outputs.outputs:
         stats = outputs.scheduler_stats
         self.send(outputs=[output_to_wire(o) for o in outputs.outputs],
                   stats=None if stats is None else asdict(stats))
+
+# %% ../../nbs/24_async_llm.ipynb #w23c01
+@patch
+def _recover_from_failed_step(self: EngineCoreProc, running_before: set[str],
+                              error: Exception) -> None:
+    "Fail the requests new in the failed step (all of them if none was new); restart the others."
+    scheduler, runner = self.engine_core.scheduler, self.engine_core.model_executor
+    running = [r.request_id for r in scheduler.running]
+    failed = [rid for rid in running if rid not in running_before] or running
+    scheduler.finish_requests(failed, RequestStatus.FINISHED_ABORTED)
+    for request in reversed(list(scheduler.running)):   # the rest start over, in their order
+        scheduler.running.remove(request)
+        scheduler._preempt_request(request)
+        input_batch = getattr(runner, "input_batch", None)
+        if input_batch is not None: input_batch.remove_request(request.request_id)
+    scheduler.reset_prefix_cache()   # blocks of the failed step may be hashed but never written
+    reason = f"the engine failed while running this request ({type(error).__name__}: {error})"
+    if failed: self.send(errors=[[rid, reason, "failed"] for rid in failed])
 
 # %% ../../nbs/24_async_llm.ipynb #9bb9fd48
 @patch
@@ -159,8 +211,10 @@ def _handle_client_request(self: EngineCoreProc, request_type: EngineCoreRequest
                            request: Any) -> None:
     "Dispatch one request from the front end (vLLM's `_handle_client_request`)."
     if request_type == EngineCoreRequestType.ADD:
+        if isinstance(request, ValueError):   # its payload did not decode: (request id, reason)
+            return self.send(errors=[[*request.args, "invalid"]])
         try: self.engine_core.add_request(request)
-        except ValueError as e: self.send(errors=[[request.request_id, str(e)]])
+        except Exception as e: self.send(errors=[[request.request_id, str(e), "invalid"]])
     elif request_type == EngineCoreRequestType.ABORT: self.engine_core.abort_requests(request)
     elif request_type == EngineCoreRequestType.UTILITY: self._handle_utility(*request)
     elif request_type == EngineCoreRequestType.SHUTDOWN: self.shutdown_requested = True
@@ -198,16 +252,31 @@ def get_timeline(self: EngineCoreProc) -> bytes | None:
 
 # %% ../../nbs/24_async_llm.ipynb #fddd6336
 OUTPUT_LINGER_MS = 2000  # a dying engine's last message (its traceback) gets 2 s to leave
+HEARTBEAT_INTERVAL_S = 0.5   # the engine says "alive" this often, from a thread of its own
+
+@patch
+def send_heartbeats(self: EngineCoreProc) -> None:
+    "Heartbeat thread: `{heartbeat: step_counter}` every `HEARTBEAT_INTERVAL_S`, own socket."
+    socket = self.ctx.socket(zmq.PUSH)
+    socket.connect(self.output_address)
+    try:
+        while not self.shutdown_requested:
+            socket.send(msgpack.packb({"heartbeat": self.step_counter}))
+            time.sleep(HEARTBEAT_INTERVAL_S)
+    finally: socket.close(linger=0)
 
 @patch
 def run(self: EngineCoreProc) -> bool:
     "Build the engine, handshake, run the busy loop; report a failure. True on a clean exit."
-    input_thread = None
+    input_thread = heartbeat_thread = None
     try:
         self.engine_core = self.make_engine_core()
         input_thread = threading.Thread(target=self.process_input_sockets, daemon=True,
                                         args=(self.engine_core.info,), name="EngineCoreInput")
         input_thread.start()
+        heartbeat_thread = threading.Thread(target=self.send_heartbeats, daemon=True,
+                                            name="EngineCoreHeartbeat")
+        heartbeat_thread.start()
         self.run_busy_loop()
         return True
     except Exception:
@@ -215,7 +284,8 @@ def run(self: EngineCoreProc) -> bool:
         return False
     finally:
         self.shutdown_requested = True   # the input thread sees it within a poll, closes its socket
-        if input_thread is not None: input_thread.join(2 * POLL_INTERVAL_MS / 1000)
+        for t in (input_thread, heartbeat_thread):
+            if t is not None: t.join(2 * HEARTBEAT_INTERVAL_S)
         self.output_socket.close(linger=OUTPUT_LINGER_MS)
 
 # %% ../../nbs/24_async_llm.ipynb #91556d37
@@ -255,10 +325,16 @@ class RequestOutputCollector:
         return item
 
 # %% ../../nbs/24_async_llm.ipynb #5b7d466a
+HEARTBEAT_TIMEOUT_S = 3.0   # no message from the engine for this long: it is frozen, hence dead
+MAX_LOGPROBS = 20           # top tokens per position, at most (vLLM's default max_logprobs)
+MAX_N = 128                 # completions per request (vLLM's VLLM_MAX_N_SEQUENCES is 16384)
+
 class AsyncLLM:
     "Streaming front end: tokenise, send to an `EngineCoreProc` process, yield `RequestOutput`s."
     def __init__(self, model: str | Path | None = None, *, transport: str = "ipc",
-                 startup_timeout: float = 600, record_timeline: bool = False, **engine_kwargs):
+                 startup_timeout: float = 600, record_timeline: bool = False,
+                 heartbeat_timeout: float = HEARTBEAT_TIMEOUT_S, max_logprobs: int = MAX_LOGPROBS,
+                 **engine_kwargs):
         self.model_path = resolve_model_path(model)
         # a TypeError for an unknown option, before any process starts
         engine_args = EngineArgs(model=str(self.model_path), **engine_kwargs)
@@ -267,9 +343,14 @@ class AsyncLLM:
         self.processor_lock = threading.Lock()
         self.utility_futures: dict[int, concurrent.futures.Future] = {}
         self.call_ids, self.errored, self.closed = itertools.count(), None, False
+        self.closing = False
         self.input_lock = threading.Lock()
+        self.heartbeat_timeout, self.max_logprobs = heartbeat_timeout, max_logprobs
+        # a long prompt is tokenised off the event loop: one thread, like vLLM's tokenizer pool
+        self.tokenizer_executor = concurrent.futures.ThreadPoolExecutor(1, "tokenizer")
         eos = self.tokenizer.eos_token_id if self.tokenizer is not None else None
         self._start_engine(transport, (engine_args, eos, record_timeline), startup_timeout)
+        self.last_heard = time.monotonic()
         self.output_thread = threading.Thread(target=self._process_outputs, daemon=True,
                                               name="AsyncLLMOutput")
         self.output_thread.start()
@@ -284,6 +365,10 @@ class AsyncLLM:
     def num_requests_in_flight(self) -> int:
         "Engine requests this front end still waits for (a request with `n > 1` counts `n`)."
         return len(self.output_processor.request_states)
+
+    def check_health(self) -> None:
+        "Raise the `EngineDeadError` once the engine died or froze (vLLM's `check_health`)."
+        if self.errored is not None: raise self.errored
 
     def get_tokenizer(self):
         "The Hugging Face tokenizer (`None` for a folder without one)."
@@ -316,8 +401,9 @@ def _wait_for_handshake(self: AsyncLLM, timeout: float) -> tuple[bytes, dict]:
             identity, info = self.input_socket.recv_multipart()
             return identity, msgpack.unpackb(info)
         if not self.proc.is_alive():
-            sent = self.output_socket.poll(OUTPUT_LINGER_MS)
-            message = msgpack.unpackb(self.output_socket.recv()) if sent else {}
+            message = {}
+            while "error" not in message and self.output_socket.poll(OUTPUT_LINGER_MS):
+                message = msgpack.unpackb(self.output_socket.recv())
             exited = f"engine process exited with code {self.proc.exitcode}"
             raise EngineDeadError(message.get("error") or exited)
     raise EngineDeadError(f"engine process did not start within {timeout} s")
@@ -328,9 +414,15 @@ def _process_outputs(self: AsyncLLM) -> None:
     "Output thread: dispatch every message from the engine until shutdown or engine death."
     while not self.closed:
         if self.output_socket.poll(POLL_INTERVAL_MS):
+            self.last_heard = time.monotonic()
             self._dispatch(msgpack.unpackb(self.output_socket.recv()))
         elif not self.proc.is_alive() and not self.closed:
             self._fail(EngineDeadError(f"engine process exited with code {self.proc.exitcode}"))
+        elif time.monotonic() - self.last_heard > self.heartbeat_timeout and not self.closing:
+            silent = time.monotonic() - self.last_heard
+            self._fail(EngineDeadError(f"engine process stopped responding (no heartbeat for "
+                                       f"{silent:.1f} s); it was killed"))
+            self.proc.kill()   # frozen (SIGSTOP, a hung driver): it must not hold the GPU
         if self.errored is not None: return
 
 @patch
@@ -348,7 +440,8 @@ def _dispatch(self: AsyncLLM, message: dict) -> None:
             outputs = [output_from_wire(o) for o in message["outputs"]]
             processed = self.output_processor.process_outputs(outputs)
         if processed.reqs_to_abort: self._send(EngineCoreRequestType.ABORT, processed.reqs_to_abort)
-    for request_id, text in message.get("errors") or []: self._reject(request_id, ValueError(text))
+    for request_id, text, kind in message.get("errors") or []:
+        self._reject(request_id, (ValueError if kind == "invalid" else EngineRequestError)(text))
 
 # %% ../../nbs/24_async_llm.ipynb #702e83f3
 @patch
@@ -365,6 +458,7 @@ def _reject(self: AsyncLLM, request_id: str, error: Exception) -> None:
 @patch
 def _fail(self: AsyncLLM, error: EngineDeadError) -> None:
     "The engine is dead: every open stream and pending utility call gets `error`."
+    logging.getLogger("minivllm").error("engine dead: %s", str(error).strip().splitlines()[-1])
     self.errored = error
     with self.processor_lock:
         queues = {id(s.queue): s.queue for s in self.output_processor.request_states.values()}
@@ -374,6 +468,31 @@ def _fail(self: AsyncLLM, error: EngineDeadError) -> None:
     self.utility_futures.clear()
 
 # %% ../../nbs/24_async_llm.ipynb #2a90056d
+INT64_MIN, INT64_MAX = -2**63, 2**63 - 1
+FLOAT_FIELDS = ("temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty",
+                "repetition_penalty")
+INT_FIELDS = ("n", "seed", "max_tokens", "min_tokens", "logprobs", "prompt_logprobs")
+
+def check_request_params(params: SamplingParams, vocab_size: int,
+                         max_logprobs: int = MAX_LOGPROBS, max_n: int = MAX_N) -> SamplingParams:
+    "What reaches tensors and the wire, bounded: `ValueError` naming the field; `top_k` clamped."
+    for name in FLOAT_FIELDS:
+        x = getattr(params, name)
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+            raise ValueError(f"{name} must be a finite number, got {x!r}")
+    for name in INT_FIELDS:
+        x = getattr(params, name)
+        if x is not None and not INT64_MIN <= x <= INT64_MAX:
+            raise ValueError(f"{name} must fit in a signed 64-bit integer, got {x}")
+    if params.n > max_n: raise ValueError(f"n must be at most {max_n}, got {params.n}")
+    for name in ("logprobs", "prompt_logprobs"):
+        k = getattr(params, name)
+        if k is not None and k > max_logprobs:
+            raise ValueError(f"{name}: requested {k} logprobs, which is more than the maximum "
+                             f"allowed, max_logprobs={max_logprobs}")
+    if params.top_k > vocab_size: params = replace(params, top_k=vocab_size)   # as vLLM's batch
+    return params
+
 @patch
 def tokenize_prompt(self: AsyncLLM, prompt: str | list[int]) -> list[int]:
     "Token ids of a text or token-id prompt, checked against the vocabulary and `max_model_len`."
@@ -383,9 +502,12 @@ def tokenize_prompt(self: AsyncLLM, prompt: str | list[int]) -> list[int]:
 @patch
 def _send(self: AsyncLLM, request_type: EngineCoreRequestType, payload) -> None:
     "Send one message to the engine (any thread)."
-    with self.input_lock:
-        frames = [self.engine_identity, *encode_request(request_type, payload)]
-        self.input_socket.send_multipart(frames)
+    self._send_frames(encode_request(request_type, payload))
+
+@patch
+def _send_frames(self: AsyncLLM, frames: list[bytes]) -> None:
+    "Send already encoded frames to the engine (any thread)."
+    with self.input_lock: self.input_socket.send_multipart([self.engine_identity, *frames])
 
 @patch
 async def add_request(self: AsyncLLM, request_id: str, prompt: str | list[int],
@@ -393,32 +515,71 @@ async def add_request(self: AsyncLLM, request_id: str, prompt: str | list[int],
                       output_kind: RequestOutputKind = RequestOutputKind.DELTA
                       ) -> RequestOutputCollector:
     "Validate, register and send one request (`n` engine requests); the collector of its outputs."
-    if self.errored is not None: raise self.errored
+    self.check_health()
     sampling_params = sampling_params or SamplingParams()
-    check_sampling_params(sampling_params, self.tokenizer, self.engine_info["vocab_size"])
-    prompt_token_ids = self.tokenize_prompt(prompt)
+    vocab_size = self.engine_info["vocab_size"]
+    check_sampling_params(sampling_params, self.tokenizer, vocab_size)
+    sampling_params = check_request_params(sampling_params, vocab_size, self.max_logprobs)
+    if isinstance(prompt, str):   # the tokenizer thread: the event loop keeps serving others
+        loop = asyncio.get_running_loop()
+        prompt_token_ids = await loop.run_in_executor(self.tokenizer_executor,
+                                                      self.tokenize_prompt, prompt)
+    else: prompt_token_ids = self.tokenize_prompt(prompt)
+    self.check_health()
     collector = RequestOutputCollector(asyncio.get_running_loop())
-    requests = []
     with self.processor_lock:
         op = self.output_processor
         if request_id in op.request_states or request_id in op.parent_requests:
             raise ValueError(f"request id {request_id!r} is already in use")
-        for child_id, sp, parent, index in fan_out(request_id, sampling_params):
-            eos = self.engine_info["eos_token_id"]
-            requests.append(Request(child_id, prompt_token_ids, sp, eos, priority=priority))
-            text = prompt if isinstance(prompt, str) else None
-            op.add_request(requests[-1], text, parent, index, collector, output_kind)
-    for request in requests: self._send(EngineCoreRequestType.ADD, request_to_wire(request))
+        eos, text = self.engine_info["eos_token_id"], prompt if isinstance(prompt, str) else None
+        children = fan_out(request_id, sampling_params)
+        requests = [Request(child_id, prompt_token_ids, sp, eos, priority=priority)
+                    for child_id, sp, _, _ in children]
+        # encoded before anything is registered: a payload msgpack refuses leaves no trace
+        try: messages = [encode_request(EngineCoreRequestType.ADD, request_to_wire(r))
+                         for r in requests]
+        except (TypeError, ValueError, OverflowError) as e:   # the checks above missed something
+            raise RuntimeError(f"request {request_id!r} cannot be sent to the engine: {e}") from e
+        for request, (_, _, parent, index) in zip(requests, children):
+            op.add_request(request, text, parent, index, collector, output_kind)
+    try:
+        for frames in messages: self._send_frames(frames)
+    except BaseException:   # registered but not (all) sent: undo, so nothing waits for it
+        with self.processor_lock: sent = self.output_processor.abort_requests([request_id])
+        try: self._send(EngineCoreRequestType.ABORT, sent)
+        except Exception: pass
+        raise
     return collector
 
 # %% ../../nbs/24_async_llm.ipynb #03511e4e
 @patch
 def abort(self: AsyncLLM, request_id: str | list[str]) -> None:
-    "Abort requests (with all their `n` children): forget them here, and finish them in the engine."
+    "Abort requests (and their `n` children): end their streams (`abort`), finish them in the engine."
     request_ids = [request_id] if isinstance(request_id, str) else list(request_id)
-    with self.processor_lock: to_abort = self.output_processor.abort_requests(request_ids)
+    with self.processor_lock:
+        op = self.output_processor
+        states = [op.request_states.get(child) for rid in request_ids
+                  for child in (sorted(op.parent_requests[rid].child_requests)
+                                if rid in op.parent_requests else [rid])]
+        to_abort = op.abort_requests(request_ids)
+        for state in states:   # a last output for whoever reads the stream (vLLM does the same)
+            out = None if state is None else state.make_request_output([], "abort", None)
+            if out is not None and state.queue is not None: state.queue.put(out)
     if to_abort and self.errored is None and not self.closed:
         self._send(EngineCoreRequestType.ABORT, to_abort)
+
+@patch
+async def stream_outputs(self: AsyncLLM, request_id: str,
+                         collector: RequestOutputCollector) -> AsyncIterator[RequestOutput]:
+    "The outputs of an added request until it finishes; aborts it if the consumer stops early."
+    finished = False
+    try:
+        while not finished:
+            out = await collector.get()
+            finished = out.finished
+            yield out
+    finally:
+        if not finished: self.abort(request_id)
 
 @patch
 async def generate(self: AsyncLLM, prompt: str | list[int],
@@ -429,20 +590,13 @@ async def generate(self: AsyncLLM, prompt: str | list[int],
     request_id = request_id or uuid.uuid4().hex
     collector = await self.add_request(request_id, prompt, sampling_params, priority=priority,
                                        output_kind=output_kind)
-    finished = False
-    try:
-        while not finished:
-            out = await collector.get()
-            finished = out.finished
-            yield out
-    finally:
-        if not finished: self.abort(request_id)
+    async for out in self.stream_outputs(request_id, collector): yield out
 
 # %% ../../nbs/24_async_llm.ipynb #5b11e8a0
 @patch
 def call_utility(self: AsyncLLM, method: str, *args) -> concurrent.futures.Future:
     "Call `EngineCoreProc.<method>(*args)` in the engine process; a future of its result."
-    if self.errored is not None: raise self.errored
+    self.check_health()
     call_id, future = next(self.call_ids), concurrent.futures.Future()
     self.utility_futures[call_id] = future
     self._send(EngineCoreRequestType.UTILITY, [call_id, method, list(args)])
@@ -470,12 +624,14 @@ def get_timeline(self: AsyncLLM, timeout: float = 30):
 def shutdown(self: AsyncLLM, timeout: float = 10) -> None:
     "Stop the engine process (SHUTDOWN, then terminate if need be), close the sockets; idempotent."
     if self.closed: return
+    self.closing = True   # the engine stops its heartbeats now: silence is no longer a failure
     if self.errored is None and getattr(self, "engine_identity", None) is not None:
         self._send(EngineCoreRequestType.SHUTDOWN, None)
     if self.proc.pid is not None:  # started
         self.proc.join(timeout)
         if self.proc.is_alive(): self.proc.terminate(); self.proc.join(timeout)
     self.closed = True
+    self.tokenizer_executor.shutdown(wait=False, cancel_futures=True)
     if getattr(self, "output_thread", None) is not None: self.output_thread.join(timeout)
     self.input_socket.close(linger=0); self.output_socket.close(linger=0); self.ctx.term()
     if self.ipc_dir: shutil.rmtree(self.ipc_dir, ignore_errors=True)

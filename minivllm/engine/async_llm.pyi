@@ -1,15 +1,16 @@
 """Requests reach the scheduler through ZMQ: a front end tokenises and streams, `EngineCoreProc` runs `run_busy_loop` in another process."""
 from __future__ import annotations
-import asyncio, atexit, concurrent.futures, itertools, multiprocessing, pickle, queue
+import asyncio, atexit, concurrent.futures, itertools, logging, math, multiprocessing, pickle
+import queue
 import shutil, signal, tempfile, threading, time, traceback, uuid
-from dataclasses import asdict
+from dataclasses import asdict, fields, replace
 from enum import Enum
 from functools import partial
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable
 import msgpack, zmq
 from fastcore.basics import patch
-from ..request import Request
+from ..request import Request, RequestStatus
 from ..sampling_params import SamplingParams
 from ..core.sched.output import EngineCoreOutput, LogprobsLists
 from .arg_utils import EngineArgs
@@ -17,7 +18,7 @@ from .core import EngineCore, build_engine_core, load_tokenizer, resolve_model_p
 from .output_processor import OutputProcessor
 from ..outputs import RequestOutput, RequestOutputKind
 from ..entrypoints.llm import check_prompt, check_sampling_params, fan_out
-__all__ = ['POLL_INTERVAL_MS', 'OUTPUT_LINGER_MS', 'EngineCoreRequestType', 'EngineDeadError', 'bind_socket', 'request_to_wire', 'request_from_wire', 'output_to_wire', 'output_from_wire', 'encode_request', 'decode_request', 'EngineCoreProc', 'make_engine_core', 'run_engine_core', 'RequestOutputCollector', 'AsyncLLM']
+__all__ = ['POLL_INTERVAL_MS', 'MAX_FAILED_STEPS', 'OUTPUT_LINGER_MS', 'HEARTBEAT_INTERVAL_S', 'HEARTBEAT_TIMEOUT_S', 'MAX_LOGPROBS', 'MAX_N', 'INT64_MIN', 'INT64_MAX', 'FLOAT_FIELDS', 'INT_FIELDS', 'EngineCoreRequestType', 'EngineDeadError', 'EngineRequestError', 'bind_socket', 'params_to_wire', 'params_from_wire', 'request_to_wire', 'request_from_wire', 'output_to_wire', 'output_from_wire', 'encode_request', 'decode_request', 'EngineCoreProc', 'decode_or_error', 'make_engine_core', 'run_engine_core', 'RequestOutputCollector', 'AsyncLLM', 'check_request_params']
 
 class EngineCoreRequestType(bytes, Enum):
     """First frame of a front end -> engine message (vLLM's `EngineCoreRequestType`; SHUTDOWN: ours)."""
@@ -27,10 +28,21 @@ class EngineCoreRequestType(bytes, Enum):
     SHUTDOWN = b'\x05'
 
 class EngineDeadError(RuntimeError):
-    """The engine process failed or exited; the message carries its traceback when it could send one."""
+    """The engine process failed, exited or froze; the message has its traceback when it sent one."""
+
+class EngineRequestError(RuntimeError):
+    """The engine failed while running this one request; the engine itself lives on."""
 
 def bind_socket(ctx: zmq.Context, kind: int, transport: str, ipc_dir: str | None) -> tuple[zmq.Socket, str]:
     """A socket bound to a fresh loopback address: `ipc://` in `ipc_dir`, or `tcp://127.0.0.1:*`."""
+    ...
+
+def params_to_wire(sp: SamplingParams) -> dict:
+    """`SamplingParams` as a dict of plain values (an enum field travels as its value)."""
+    ...
+
+def params_from_wire(d: dict) -> SamplingParams:
+    """Rebuild `SamplingParams`; enum fields are recognised by their default's type."""
     ...
 
 def request_to_wire(r: Request) -> list:
@@ -83,7 +95,11 @@ class EngineCoreProc:
         ...
 
     def _process_engine_step(self: EngineCoreProc) -> None:
-        """One `EngineCore.step()`; its outputs (and scheduler stats) go to the front end."""
+        """One `EngineCore.step()`; its outputs go out. A failed step fails its new requests (only)."""
+        ...
+
+    def _recover_from_failed_step(self: EngineCoreProc, running_before: set[str], error: Exception) -> None:
+        """Fail the requests new in the failed step (all of them if none was new); restart the others."""
         ...
 
     def _handle_client_request(self: EngineCoreProc, request_type: EngineCoreRequestType, request: Any) -> None:
@@ -106,6 +122,10 @@ class EngineCoreProc:
         """The attached `TimelineRecorder`'s settings and records, pickled (None without a recorder)."""
         ...
 
+    def send_heartbeats(self: EngineCoreProc) -> None:
+        """Heartbeat thread: `{heartbeat: step_counter}` every `HEARTBEAT_INTERVAL_S`, own socket."""
+        ...
+
     def run(self: EngineCoreProc) -> bool:
         """Build the engine, handshake, run the busy loop; report a failure. True on a clean exit."""
         ...
@@ -114,7 +134,13 @@ POLL_INTERVAL_MS = 100
 def _parent_is_dead() -> bool:
     """True when this process was spawned and its parent has exited."""
     ...
+
+def decode_or_error(frames: list[bytes]) -> tuple[EngineCoreRequestType, Any]:
+    """`decode_request`, or an ADD whose payload is the `ValueError` that its request id gets back."""
+    ...
+MAX_FAILED_STEPS = 3
 OUTPUT_LINGER_MS = 2000
+HEARTBEAT_INTERVAL_S = 0.5
 
 def make_engine_core(engine_args: EngineArgs, eos_token_id: int | None=None, record_timeline: bool=False) -> EngineCore:
     """The engine process's `EngineCore` (`build_engine_core`), with a timeline recorder when asked."""
@@ -137,11 +163,14 @@ class RequestOutputCollector:
     async def get(self) -> RequestOutput:
         """The next output (waits), or raise the error that ended the stream."""
         ...
+HEARTBEAT_TIMEOUT_S = 3.0
+MAX_LOGPROBS = 20
+MAX_N = 128
 
 class AsyncLLM:
     """Streaming front end: tokenise, send to an `EngineCoreProc` process, yield `RequestOutput`s."""
 
-    def __init__(self, model: str | Path | None=None, *, transport: str='ipc', startup_timeout: float=600, record_timeline: bool=False, **engine_kwargs):
+    def __init__(self, model: str | Path | None=None, *, transport: str='ipc', startup_timeout: float=600, record_timeline: bool=False, heartbeat_timeout: float=HEARTBEAT_TIMEOUT_S, max_logprobs: int=MAX_LOGPROBS, **engine_kwargs):
         ...
 
     @property
@@ -152,6 +181,10 @@ class AsyncLLM:
     @property
     def num_requests_in_flight(self) -> int:
         """Engine requests this front end still waits for (a request with `n > 1` counts `n`)."""
+        ...
+
+    def check_health(self) -> None:
+        """Raise the `EngineDeadError` once the engine died or froze (vLLM's `check_health`)."""
         ...
 
     def get_tokenizer(self):
@@ -190,8 +223,12 @@ class AsyncLLM:
         """Send one message to the engine (any thread)."""
         ...
 
+    def _send_frames(self: AsyncLLM, frames: list[bytes]) -> None:
+        """Send already encoded frames to the engine (any thread)."""
+        ...
+
     def abort(self: AsyncLLM, request_id: str | list[str]) -> None:
-        """Abort requests (with all their `n` children): forget them here, and finish them in the engine."""
+        """Abort requests (and their `n` children): end their streams (`abort`), finish them in the engine."""
         ...
 
     def call_utility(self: AsyncLLM, method: str, *args) -> concurrent.futures.Future:
@@ -211,10 +248,22 @@ class AsyncLLM:
 
     def __exit__(self: AsyncLLM, *exc):
         ...
+INT64_MIN, INT64_MAX = (-2 ** 63, 2 ** 63 - 1)
+FLOAT_FIELDS = ('temperature', 'top_p', 'min_p', 'presence_penalty', 'frequency_penalty', 'repetition_penalty')
+INT_FIELDS = ('n', 'seed', 'max_tokens', 'min_tokens', 'logprobs', 'prompt_logprobs')
+
+def check_request_params(params: SamplingParams, vocab_size: int, max_logprobs: int=MAX_LOGPROBS, max_n: int=MAX_N) -> SamplingParams:
+    """What reaches tensors and the wire, bounded: `ValueError` naming the field; `top_k` clamped."""
+    ...
 
 @patch
 async def add_request(self: AsyncLLM, request_id: str, prompt: str | list[int], sampling_params: SamplingParams | None=None, *, priority: int=0, output_kind: RequestOutputKind=RequestOutputKind.DELTA) -> RequestOutputCollector:
     """Validate, register and send one request (`n` engine requests); the collector of its outputs."""
+    ...
+
+@patch
+async def stream_outputs(self: AsyncLLM, request_id: str, collector: RequestOutputCollector) -> AsyncIterator[RequestOutput]:
+    """The outputs of an added request until it finishes; aborts it if the consumer stops early."""
     ...
 
 @patch

@@ -4,8 +4,10 @@
 from __future__ import annotations
 import asyncio
 import time
-from ..sampling_params import SamplingParams
-from ..engine.async_llm import AsyncLLM
+from typing import TYPE_CHECKING
+if TYPE_CHECKING:   # (run here, the import would swap this chapter's classes for the module's)
+    from minivllm.sampling_params import SamplingParams
+    from minivllm.engine.async_llm import AsyncLLM
 
 # %% auto #0
 __all__ = ['staggered_streams', 'plot_request_spans']
@@ -42,6 +44,12 @@ def plot_request_spans(traces: list[dict], title: str = "Requests over time"):
         ax.plot(times, [y] * len(times), "|", color="black", ms=6)
     ax.set_yticks(range(len(traces)))
     ax.set_yticklabels([t.get("request_id", f"req {i}") for i, t in enumerate(traces)])
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+    handles = [Patch(facecolor="#cfe2f3", edgecolor="#6fa8dc", label="sent, no token yet"),
+               Patch(facecolor="#93c47d", edgecolor="#38761d", label="decoding"),
+               Line2D([], [], marker="|", color="black", ls="none", ms=6, label="a delta arrives")]
+    ax.legend(handles=handles, loc="lower right", fontsize=8, framealpha=0.9)
     ax.invert_yaxis(); ax.set_xlabel("seconds since the first request was sent")
     ax.set_title(title, fontsize=10)
     fig.tight_layout(); plt.close(fig)

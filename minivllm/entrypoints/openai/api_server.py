@@ -4,25 +4,27 @@
 
 # %% ../../../nbs/25_api_server.ipynb #fc34cd76
 from __future__ import annotations
-import asyncio, json, threading, time, uuid
-from contextlib import contextmanager
-from typing import AsyncIterator, Iterator
+import asyncio, json, logging, re, threading, time, uuid
+from contextlib import asynccontextmanager, contextmanager
+from typing import AsyncIterator, Iterator, Literal
 from fastapi import APIRouter, FastAPI, Request as HTTPRequest
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from ...sampling_params import SamplingParams
 from ...core.sched.output import Logprob
 from ...outputs import CompletionOutput
-from ...engine.async_llm import AsyncLLM, EngineDeadError
+from ...engine.async_llm import (AsyncLLM, EngineDeadError, EngineRequestError,
+                                       INT64_MAX, INT64_MIN)
 
 # %% auto #0
-__all__ = ['SAMPLING_FIELDS', 'router', 'error_response', 'validation_message', 'StreamOptions', 'SamplingFields',
-           'CompletionRequest', 'ChatMessage', 'ChatCompletionRequest', 'check_request', 'num_logprobs',
+__all__ = ['REQUEST_FIELDS', 'SAMPLING_FIELDS', 'router', 'logger', 'error_response', 'validation_message', 'validation_param',
+           'StreamOptions', 'SamplingFields', 'CompletionRequest', 'ChatContentPart', 'ChatMessage',
+           'ChatCompletionRequest', 'ParamError', 'param_of', 'blame', 'check_request', 'num_logprobs',
            'to_sampling_params', 'completion_prompt', 'chat_prompt', 'completion_logprobs', 'chat_logprobs',
            'Generation', 'make_choice', 'full_response', 'stream_chunks', 'until_disconnected', 'respond', 'health',
-           'show_available_models', 'stats', 'create_completion', 'create_chat_completion', 'build_app', 'serve',
-           'serve_in_thread']
+           'show_available_models', 'stats', 'create_completion', 'create_chat_completion', 'error_body',
+           'watch_engine', 'lifespan', 'build_app', 'serve', 'serve_in_thread']
 
 # %% ../../../nbs/25_api_server.ipynb #bf1ed695
 def error_response(message: str, status_code: int = 400, err_type: str = "BadRequestError",
@@ -31,13 +33,27 @@ def error_response(message: str, status_code: int = 400, err_type: str = "BadReq
     error = {"message": message, "type": err_type, "param": param, "code": status_code}
     return JSONResponse({"error": error}, status_code=status_code)
 
+def _where(e: dict) -> str:
+    "A pydantic error's location in the body, dotted (`messages.0.content`); `body` for the whole."
+    return ".".join(str(x) for x in e["loc"][1:]) or "body"
+
 def validation_message(exc: RequestValidationError) -> str:
     "The pydantic errors as one line: where, and what is wrong (malformed JSON included)."
     def one(e):
         if e["type"] == "json_invalid":
             return f"malformed JSON body at character {e['loc'][-1]}: {e['ctx']['error']}"
-        return f"{'.'.join(str(x) for x in e['loc'][1:]) or 'body'}: {e['msg']}"
+        return f"{_where(e)}: {e['msg']}"
     return "; ".join(one(e) for e in exc.errors())
+
+def validation_param(exc: RequestValidationError) -> str:
+    "The field a validation error names: its first error's location, less pydantic's union tags."
+    errors = exc.errors()
+    if not errors or errors[0]["type"] == "json_invalid": return "body"
+    parts = []
+    for x in map(str, errors[0]["loc"][1:]):
+        if x in ("str", "int", "float", "bool") or not (x.isdigit() or x.isidentifier()): break
+        parts.append(x)   # `content.str`, `content.list[ChatContentPart]`: branches, not fields
+    return ".".join(parts) or "body"
 
 # %% ../../../nbs/25_api_server.ipynb #8427c040
 class StreamOptions(BaseModel):
@@ -57,7 +73,7 @@ class SamplingFields(BaseModel):
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
     min_tokens: int = 0
-    seed: int | None = None
+    seed: int | None = Field(None, ge=INT64_MIN, le=INT64_MAX)   # vLLM's bound
     stop: str | list[str] | None = None
     stop_token_ids: list[int] | None = None
     include_stop_str_in_output: bool = False
@@ -73,17 +89,25 @@ class CompletionRequest(SamplingFields):
     logprobs: int | None = None
     echo: bool = False
 
+class ChatContentPart(BaseModel):
+    "One part of a message's content; minivllm reads text only."
+    type: Literal["text"]
+    text: str
+
 class ChatMessage(BaseModel):
-    "One chat message: a role and its content."
-    role: str
-    content: str | list[dict] | None = None
+    "One chat message: one of OpenAI's roles, and its content (a string or text parts)."
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[ChatContentPart]
 
 class ChatCompletionRequest(SamplingFields):
     "Body of `POST /v1/chat/completions`: the conversation so far; `logprobs` + `top_logprobs`."
-    messages: list[ChatMessage]
+    messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = None
     logprobs: bool = False
     top_logprobs: int | None = None
+
+REQUEST_FIELDS = sorted(set(CompletionRequest.model_fields)
+                        | set(ChatCompletionRequest.model_fields))
 
 # %% ../../../nbs/25_api_server.ipynb #7bfd98f4
 # request fields passed to SamplingParams as they are: the same names on both sides
@@ -92,18 +116,40 @@ SAMPLING_FIELDS = ["n", "temperature", "top_p", "top_k", "min_p", "presence_pena
                    "stop_token_ids", "include_stop_str_in_output", "skip_special_tokens",
                    "ignore_eos"]
 
+class ParamError(ValueError):
+    "A `ValueError` that says which request field is wrong."
+    def __init__(self, message: str, param: str):
+        super().__init__(message); self.param = param
+
+def param_of(error: Exception, fields) -> str | None:
+    "The field an error names: its `param`, else `SamplingParams.<field>`, else a field's name."
+    if isinstance(error, ParamError): return error.param
+    message = str(error)
+    if m := re.search(r"SamplingParams\.(\w+)", message): return m.group(1)
+    found = [(m.start(), name) for name in fields
+             if name != "model" and (m := re.search(rf"\b{name}\b", message))]
+    return min(found)[1] if found else None
+
+@contextmanager
+def blame(param: str):
+    "A `ValueError`/`TypeError` raised inside that names no field is about `param`."
+    try: yield
+    except (ValueError, TypeError) as e:
+        if param_of(e, REQUEST_FIELDS) is not None: raise
+        raise ParamError(str(e), param) from e
+
 def check_request(body: SamplingFields, model_name: str) -> None:
     "Reject an unknown model and the options minivllm does not implement."
     if body.model is not None and body.model != model_name:
-        raise ValueError(f"The model `{body.model}` does not exist; this server serves "
-                         f"`{model_name}`")
-    if getattr(body, "echo", False): raise ValueError("echo is not supported")
+        raise ParamError(f"The model `{body.model}` does not exist; this server serves "
+                         f"`{model_name}`", "model")
+    if getattr(body, "echo", False): raise ParamError("echo is not supported", "echo")
 
 def num_logprobs(body: SamplingFields) -> int | None:
     "`SamplingParams.logprobs` for the body: completions' `logprobs`, or chat's `top_logprobs`."
     if isinstance(body, ChatCompletionRequest):
         if body.top_logprobs is not None and not body.logprobs:
-            raise ValueError("top_logprobs needs logprobs: true")
+            raise ParamError("top_logprobs needs logprobs: true", "top_logprobs")
         return (body.top_logprobs or 0) if body.logprobs else None
     return body.logprobs
 
@@ -114,10 +160,10 @@ def to_sampling_params(body: SamplingFields, num_prompt_tokens: int, max_model_l
     if max_tokens is None: max_tokens = max_model_len - num_prompt_tokens   # all the room left
     if num_prompt_tokens + max_tokens > max_model_len:
         total = num_prompt_tokens + max_tokens
-        raise ValueError(f"This model's maximum context length is {max_model_len} tokens. "
+        raise ParamError(f"This model's maximum context length is {max_model_len} tokens. "
                          f"However, you requested {total} tokens ({num_prompt_tokens} in the "
                          f"prompt, {max_tokens} in the completion). Please reduce the length of "
-                         "the prompt or the completion.")
+                         "the prompt or the completion.", "max_tokens")
     return SamplingParams(max_tokens=max_tokens, logprobs=num_logprobs(body),
                           **{name: getattr(body, name) for name in SAMPLING_FIELDS})
 
@@ -125,19 +171,25 @@ def to_sampling_params(body: SamplingFields, num_prompt_tokens: int, max_model_l
 def completion_prompt(prompt) -> str | list[int]:
     "The single prompt of a completion request (a string or token ids)."
     if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)):
-        if len(prompt) != 1: raise ValueError("only one prompt per request is supported")
+        if len(prompt) != 1:
+            raise ParamError("only one prompt per request is supported", "prompt")
         prompt = prompt[0]
     return prompt
 
 def chat_prompt(tokenizer, messages: list[ChatMessage]) -> list[int]:
     "Token ids of the conversation through the chat template, ending with the assistant's turn."
     if tokenizer is None or not getattr(tokenizer, "chat_template", None):
-        raise ValueError("this model has no tokenizer with a chat template; use /v1/completions")
+        raise ParamError("this model has no tokenizer with a chat template; use "
+                         "/v1/completions", "messages")
     def text(content): return content if isinstance(content, str) else "".join(
-        p.get("text", "") for p in content or [] if p.get("type") == "text")
+        p.text for p in content)
     conversation = [{"role": m.role, "content": text(m.content)} for m in messages]
-    prompt = tokenizer.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True)
-    return tokenizer.encode(prompt, add_special_tokens=False)   # the template has special tokens
+    try:   # a template may refuse a conversation (roles out of order, ...) with any exception
+        prompt = tokenizer.apply_chat_template(conversation, tokenize=False,
+                                               add_generation_prompt=True)
+        return tokenizer.encode(prompt, add_special_tokens=False)   # it has the special tokens
+    except Exception as e:
+        raise ParamError(f"the chat template cannot render these messages: {e}", "messages")
 
 # %% ../../../nbs/25_api_server.ipynb #o16d02
 def _token(token_id: int, lp: Logprob) -> str:
@@ -184,7 +236,15 @@ class Generation:
         self.num_output_tokens = 0
         self.num_logprobs = sampling_params.logprobs
         self.text_offsets: dict[int, int] = {}   # choice index -> characters sent
-        self.stream = async_llm.generate(prompt_token_ids, sampling_params, self.request_id)
+        self.async_llm, self.prompt_token_ids = async_llm, prompt_token_ids
+        self.sampling_params, self.stream = sampling_params, None
+
+    async def start(self) -> "Generation":
+        "Validate and send the request (errors raise here, before any response); then its stream."
+        collector = await self.async_llm.add_request(self.request_id, self.prompt_token_ids,
+                                                     self.sampling_params)
+        self.stream = self.async_llm.stream_outputs(self.request_id, collector)
+        return self
 
     def usage(self) -> dict:
         "OpenAI's usage counts (every choice's tokens)."
@@ -251,9 +311,9 @@ async def stream_chunks(g: Generation) -> AsyncIterator[str]:
                 yield f"data: {json.dumps(g.envelope([choice], True))}\n\n"
         if g.body.stream_options and g.body.stream_options.include_usage:
             yield f"data: {json.dumps(g.envelope([], True) | {'usage': g.usage()})}\n\n"
-    except (ValueError, EngineDeadError) as e:
-        error = {"message": str(e), "type": type(e).__name__, "param": None, "code": 500}
-        yield f"data: {json.dumps({'error': error})}\n\n"
+    except Exception as e:   # after the 200 header: the error travels as an event
+        body = json.loads(error_body(e, REQUEST_FIELDS).body)
+        yield f"data: {json.dumps(body)}\n\n"
     yield "data: [DONE]\n\n"
 
 # %% ../../../nbs/25_api_server.ipynb #58dd28d7
@@ -282,10 +342,11 @@ def _state(raw_request: HTTPRequest) -> tuple[AsyncLLM, str]:
 
 @router.get("/health")
 async def health(raw_request: HTTPRequest):
-    "200 while the engine process lives, 503 once it died."
+    "200 while the engine process lives and answers, 503 once it died or froze."
     async_llm, _ = _state(raw_request)
-    if async_llm.errored is not None:
-        return error_response("the engine process died", 503, "ServiceUnavailableError")
+    try: async_llm.check_health()
+    except EngineDeadError:
+        return error_response("the engine is not running", 503, "ServiceUnavailableError")
     return {}
 
 @router.get("/v1/models")
@@ -305,56 +366,103 @@ async def stats(raw_request: HTTPRequest):
     return await async_llm.get_stats() | in_flight
 
 # %% ../../../nbs/25_api_server.ipynb #2ffe510a
+async def _off_loop(async_llm: AsyncLLM, fn, *args):
+    "Run `fn(*args)` in `AsyncLLM`'s tokenizer thread: a 2 MB prompt must not stall the loop."
+    return await asyncio.get_running_loop().run_in_executor(async_llm.tokenizer_executor, fn, *args)
+
 @router.post("/v1/completions")
 async def create_completion(body: CompletionRequest, raw_request: HTTPRequest):
     "`POST /v1/completions`: one prompt (text or token ids) -> `n` completions, whole or streamed."
     async_llm, model_name = _state(raw_request)
     check_request(body, model_name)
-    prompt_token_ids = async_llm.tokenize_prompt(completion_prompt(body.prompt))
+    with blame("prompt"):
+        prompt_token_ids = await _off_loop(async_llm, async_llm.tokenize_prompt,
+                                           completion_prompt(body.prompt))
     sp = to_sampling_params(body, len(prompt_token_ids), async_llm.max_model_len,
                             default_max_tokens=16)
     g = Generation(async_llm, "text_completion", prompt_token_ids, body, sp, model_name)
-    return await respond(raw_request, g)
+    return await respond(raw_request, await g.start())
 
 @router.post("/v1/chat/completions")
 async def create_chat_completion(body: ChatCompletionRequest, raw_request: HTTPRequest):
     "`POST /v1/chat/completions`: messages through the chat template -> `n` replies."
     async_llm, model_name = _state(raw_request)
     check_request(body, model_name)
-    prompt = chat_prompt(async_llm.get_tokenizer(), body.messages)
-    prompt_token_ids = async_llm.tokenize_prompt(prompt)
+    prompt = await _off_loop(async_llm, chat_prompt, async_llm.get_tokenizer(), body.messages)
+    with blame("messages"): prompt_token_ids = async_llm.tokenize_prompt(prompt)
     if body.max_tokens is None: body.max_tokens = body.max_completion_tokens
     sp = to_sampling_params(body, len(prompt_token_ids), async_llm.max_model_len,
                             default_max_tokens=None)
     g = Generation(async_llm, "chat.completion", prompt_token_ids, body, sp, model_name)
-    return await respond(raw_request, g)
+    return await respond(raw_request, await g.start())
 
 # %% ../../../nbs/25_api_server.ipynb #cbf9f474
-def build_app(async_llm: AsyncLLM, model_name: str | None = None) -> FastAPI:
+logger = logging.getLogger("minivllm.api_server")
+
+def error_body(e: Exception, fields=()) -> JSONResponse:
+    "The error response for an exception: 400 naming the field, or a 500 that shows no internals."
+    if isinstance(e, (ValueError, TypeError)):
+        return error_response(str(e), param=param_of(e, fields))
+    if isinstance(e, EngineRequestError):   # one request failed in the engine; the engine lives
+        return error_response(str(e), 500, "InternalServerError")
+    if isinstance(e, EngineDeadError):
+        return error_response("the engine is not running; the server log has the details", 500,
+                              "InternalServerError")
+    logger.exception("unexpected error", exc_info=e)
+    return error_response("internal server error; the server log has the details", 500,
+                          "InternalServerError")
+
+async def watch_engine(app: FastAPI, interval: float = 0.2) -> None:
+    "Once the engine is dead: log it, and stop the server unless it must stay up (as vLLM)."
+    async_llm = app.state.async_llm
+    while async_llm.errored is None: await asyncio.sleep(interval)
+    last = str(async_llm.errored).strip().splitlines()[-1]
+    if app.state.keep_alive_on_engine_death:
+        return logger.error("engine dead (%s); staying up, answering 500 and /health 503", last)
+    logger.error("engine dead (%s); shutting the server down", last)
+    if app.state.server is not None: app.state.server.should_exit = True
+
+@asynccontextmanager
+async def lifespan(app: FastAPI):
+    "Watch the engine while the server runs."
+    task = asyncio.create_task(watch_engine(app))
+    yield
+    task.cancel()
+
+def build_app(async_llm: AsyncLLM, model_name: str | None = None,
+              keep_alive_on_engine_death: bool = False) -> FastAPI:
     "The FastAPI app serving `async_llm` under `model_name` (default: the model folder's name)."
-    app = FastAPI(title="minivllm", description="OpenAI-compatible API over minivllm's AsyncLLM")
+    app = FastAPI(title="minivllm", lifespan=lifespan,
+                  description="OpenAI-compatible API over minivllm's AsyncLLM")
     app.state.async_llm, app.state.model_name = async_llm, model_name or async_llm.model_path.name
+    app.state.keep_alive_on_engine_death, app.state.server = keep_alive_on_engine_death, None
     app.include_router(router)
-    app.add_exception_handler(RequestValidationError,
-                              lambda r, e: error_response(validation_message(e)))
-    app.add_exception_handler(ValueError, lambda r, e: error_response(str(e)))
-    app.add_exception_handler(EngineDeadError,
-                              lambda r, e: error_response(str(e), 500, "InternalServerError"))
+    app.add_exception_handler(RequestValidationError, lambda r, e: error_response(
+        validation_message(e), param=validation_param(e)))
+    for kind in (ValueError, TypeError, EngineRequestError, EngineDeadError, Exception):
+        app.add_exception_handler(kind, lambda r, e: error_body(e, REQUEST_FIELDS))
     return app
 
 # %% ../../../nbs/25_api_server.ipynb #9d8c0a29
 def serve(model: str | None = None, host: str = "127.0.0.1", port: int = 8000,
-          model_name: str | None = None, **engine_kwargs) -> None:
-    "Serve `model` (default: the embedded SmolLM2) with an OpenAI-compatible API until interrupted."
+          model_name: str | None = None, keep_alive_on_engine_death: bool = False,
+          **engine_kwargs) -> None:
+    "Serve `model` (default: the embedded SmolLM2) until interrupted, or until the engine dies."
     import uvicorn
     with AsyncLLM(model, **engine_kwargs) as async_llm:
-        uvicorn.run(build_app(async_llm, model_name), host=host, port=port, log_level="info")
+        app = build_app(async_llm, model_name, keep_alive_on_engine_death)
+        app.state.server = uvicorn.Server(uvicorn.Config(app, host=host, port=port,
+                                                         log_level="info"))
+        app.state.server.run()
+    if async_llm.errored is not None:   # a supervisor sees a failure and restarts us
+        raise SystemExit("minivllm serve: the engine died, so the server stopped")
 
 @contextmanager
 def serve_in_thread(app: FastAPI, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
     "Run `app` with uvicorn in a background thread (a free port by default); yields the base URL."
     import uvicorn
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
+    app.state.server = server
     thread = threading.Thread(target=server.run, daemon=True, name="uvicorn")
     thread.start()
     while not server.started:
