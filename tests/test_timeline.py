@@ -19,6 +19,7 @@ from minivllm.viz.timeline import (plot_timeline, plot_kv_cache, plot_pool_at, p
     step_batch_inputs, plot_prepare_inputs)
 from minivllm.viz.block_pool import PoolSnapshot, plot_block_pool
 from minivllm.viz.scheduler import plot_grants
+from minivllm.viz.step_viewer import step_viewer
 from minivllm.viz.style import MIN_TEXT_PX, PAGE_WIDTH_PX, png_width, smallest_text_px
 
 
@@ -334,3 +335,43 @@ def test_attach_timeline_to_llm_like():
 def test_device_label():
     assert device_label("cpu", "SmolLM2-135M-Instruct") == "SmolLM2-135M-Instruct on cpu"
     assert device_label("cpu") == "cpu"
+
+
+def test_step_viewer_contract(small_run, tmp_path):
+    "The offline step viewer: one container per viewer, the records inside as JSON, nothing fetched."
+    import json, re
+    a, b = step_viewer(small_run, "a"), step_viewer(small_run, "b")
+    assert a.uid != b.uid and a.uid in a.html and b.uid not in a.html
+    page = a.html
+    for cls in ("mv-step-viewer", "mv-sv-slider", "mv-sv-prev", "mv-sv-next", "mv-sv-step", "mv-sv-pool"):
+        assert f"'{cls}'" in page or f"class='{cls}" in page, cls
+    assert not re.search(r"https?:|\bsrc=", page)
+    data = json.loads(page.split("class='mv-sv-data'>")[1].split("</script>")[0].replace("<\\/", "</"))
+    assert len(data["steps"]) == len(small_run) and f"data-num-steps='{len(small_run)}'" in page
+    assert all(len(st["pool"]) == 13 for st in data["steps"])
+    assert a.save(tmp_path / "v.html").read_text().startswith("<!doctype html>")
+
+
+def test_step_viewer_steps_in_chromium(small_run, tmp_path):
+    "In headless Chromium the buttons, the arrow keys and the slider move the step, and the pool changes."
+    import shutil, subprocess
+    browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    if browser is None: pytest.skip("no chromium")
+    page = step_viewer(small_run, "t").save(tmp_path / "v.html")
+    page.write_text(page.read_text() + """<script>
+var root = document.querySelector('.mv-step-viewer'), out = [];
+var pool = function () { return Array.from(root.querySelectorAll('.mv-sv-block'))
+  .map(function (b) { return b.dataset.state[0]; }).join(''); };
+out.push(root.dataset.step + ':' + pool());
+root.querySelector('.mv-sv-next').click(); out.push(root.dataset.step + ':' + pool());
+root.dispatchEvent(new KeyboardEvent('keydown', {key: 'ArrowRight'})); out.push(root.dataset.step + ':' + pool());
+var sl = root.querySelector('.mv-sv-slider'); sl.value = 3; sl.dispatchEvent(new Event('input'));
+out.push(root.dataset.step + ':' + pool());
+document.body.setAttribute('data-result', out.join('|'));
+</script>""")
+    dom = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom",
+                          page.as_uri()], capture_output=True, text=True, timeout=120).stdout
+    result = dom.split('data-result="')[1].split('"')[0].split("|")
+    steps, pools = [r.split(":")[0] for r in result], [r.split(":")[1] for r in result]
+    assert steps == ["0", "1", "2", "3"]
+    assert len(set(pools)) > 1 and all(len(p) == 13 and p[0] == "n" for p in pools)
