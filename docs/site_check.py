@@ -174,12 +174,16 @@ def check_site(site=SITE, manifest=None):
             sig = norm(pre.get_text()) if pre else ""
             names[nm] += 1
             if sig: sigs[sig] += 1
-            entry_pages[(nm, sig)].append(rel)
+            # the same entry on two pages: name, signature and docstring alike (a method a later
+            # chapter patches again, with its own docstring, is a second definition)
+            doc = norm(" ".join(p.get_text() for p in sec.find_all("p", recursive=False)
+                                if not p.select_one("a.api-source")))
+            entry_pages[(nm, sig, doc)].append(rel)
         for nm, n in names.items():
             if n > 1: probs.append((rel, "duplicate", f"API entry {nm!r} shown {n} times"))
         for sig, n in sigs.items():
             if n > 1 and sig: probs.append((rel, "duplicate", f"signature shown {n} times: {sig[:80]!r}"))
-    for (nm, _), where_ in entry_pages.items():  # the same name and signature on two pages
+    for (nm, _, _), where_ in entry_pages.items():
         if len(set(where_)) > 1:
             first, *others = sorted(set(where_))
             probs.append((first, "duplicate", f"API entry {nm!r} also on {', '.join(others)}"))

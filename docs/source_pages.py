@@ -73,10 +73,14 @@ class SourceIndex:
         self.text = {p: (self.root / p).read_text(encoding="utf-8") for p in self.mods}
         self.defs = {p: definitions(t) for p, t in self.text.items()}
 
-    def href(self, name, path=None, line=None):
-        """Relative URL (from a top-level page) of `name`'s definition: in module `path` when
-        given (the file show_doc's link named), else the one module that defines `name`."""
-        cands = [path] if path in self.mods else [p for p, d in self.defs.items() if name in d]
+    def href(self, name, path=None, line=None, chapter=None):
+        """Relative URL (from a top-level page) of `name`'s definition: in a module that `chapter`
+        (a notebook's stem) writes and that defines `name` -- a method patched again by a later
+        chapter has one definition per chapter --, else in module `path` (the file show_doc's link
+        named), else in the one module that defines `name`."""
+        defining = [p for p, d in self.defs.items() if name in d]
+        own = [p for p in defining if chapter and chapter in self._chapters(p)]
+        cands = own[:1] or ([path] if path in self.mods else defining)
         if len(cands) != 1: return None
         p = cands[0]
         ln = self.defs[p].get(name) or self.defs[p].get(name.split(".")[-1]) or line
@@ -90,6 +94,11 @@ class SourceIndex:
         for path, mod in self.mods.items():
             if mod == dotted: return path, f"{page_name(mod)}.html"
         return None
+
+    def _chapters(self, path):
+        if not hasattr(self, "_chap"): self._chap = {}
+        if path not in self._chap: self._chap[path] = self.chapters(path)
+        return self._chap[path]
 
     def chapters(self, path):
         "Notebooks the module is exported from, in file order (nbdev's `# %% ../nbs/X.ipynb` marks)."

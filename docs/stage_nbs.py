@@ -227,18 +227,18 @@ def wrap_signature(md, width=SIG_WIDTH):
 _re_blob = re.compile(r"/blob/[^/]+/([^#?]+)(?:#L(\d+))?")
 
 
-def source_link(url, name, sources):
+def source_link(url, name, sources, chapter=None):
     """show_doc's [source](...) link -> a link to the definition on the site's source page of its
     module (docs/source_pages.py), or nothing when the module is not part of this package."""
     if sources is None: return ""
     m = _re_blob.search(url)
     path, line = (m.group(1), m.group(2)) if m else (None, None)
-    href = sources.href(name, path, int(line) if line else None) if name else None
+    href = sources.href(name, path, int(line) if line else None, chapter) if name else None
     if not href: return ""
     return f'<a class="api-source reference internal" href="{href}">source</a>'
 
 
-def showdoc_to_markdown(md, labels, sources=None, seen=None):
+def showdoc_to_markdown(md, labels, sources=None, seen=None, chapter=None):
     """show_doc's Markdown output -> Markdown cell text: label, heading, source link, signature, doc.
     Returns (text, (anchor, label)), or (None, name) when `seen` already holds this name (the page
     has its entry: one entry per definition)."""
@@ -252,7 +252,7 @@ def showdoc_to_markdown(md, labels, sources=None, seen=None):
         seen.add(name)
     # `[source](url){target=... style=...}` is Quarto attribute syntax pointing at `git_url`: the
     # link goes to the module's page in this site instead (or goes, if there is none)
-    md = _re_srclink.sub(lambda k: source_link(k.group(1), name, sources), md)
+    md = _re_srclink.sub(lambda k: source_link(k.group(1), name, sources, chapter), md)
     m = _re_heading.search(md)
     if not m: return md, None
     anchor = name.lower()
@@ -262,7 +262,10 @@ def showdoc_to_markdown(md, labels, sources=None, seen=None):
         label, n = f"{base}-{n}", n + 1
     labels.add(label)
     body = (md[:m.start()] + md[m.end():]).strip()
-    return f"({label})=\n{m.group(0).strip()}\n\n{body}\n", (anchor, label)
+    heading = m.group(0).strip()
+    if "`" not in heading:  # `__getattr__` is a name, not bold `getattr`
+        heading = m.group(1) + " " + re.sub(r"(?<!\\)_", r"\_", m.group(2).strip())
+    return f"({label})=\n{heading}\n\n{body}\n", (anchor, label)
 
 
 def frontmatter(cell):
@@ -308,7 +311,7 @@ def convert(nb, stem, labels, problems=None, head=None, sources=None, notes=None
             mds = md_outputs(cell)
             if _re_showdoc.search(code) and mds:
                 for md in mds:
-                    text, entry = showdoc_to_markdown(md, labels, sources, seen)
+                    text, entry = showdoc_to_markdown(md, labels, sources, seen, stem)
                     if text is None:
                         notes.append(f"{stem}: a second API entry for `{entry}` dropped"); continue
                     if entry: api.setdefault(entry[0], entry[1])

@@ -165,3 +165,18 @@ def test_type_checking_imports_are_found():
            "if TYPE_CHECKING: from pkg.llm import LLM\nif typing.TYPE_CHECKING:\n    import a.b as c\n")
     assert nbproc._type_checking_imports(src) == "from pkg.llm import LLM\nimport a.b as c"
     assert nbproc._type_checking_imports("import os") == ""
+
+
+def test_a_method_patched_again_links_to_each_chapters_definition(tmp_path):
+    sp = _mod("source_pages")
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "batch.py").write_text(
+        "# %% ../nbs/10_input_batch.ipynb 1\nclass InputBatch:\n    def add_request(self): pass\n")
+    (tmp_path / "pkg" / "sampler.py").write_text(
+        "# %% ../nbs/11_sampler.ipynb 1\n\n@patch\ndef add_request(self: InputBatch): pass\n")
+    idx = sp.SourceIndex(tmp_path, "pkg")
+    nm = "InputBatch.add_request"
+    assert idx.href(nm, "pkg/sampler.py", chapter="10_input_batch") == "source/pkg.batch.html#L-3"
+    assert idx.href(nm, "pkg/batch.py", chapter="11_sampler") == "source/pkg.sampler.html#L-3"
+    assert idx.href(nm, "pkg/batch.py") == "source/pkg.batch.html#L-3"
+    assert idx.href(nm) is None  # two modules define it, no chapter to choose by
