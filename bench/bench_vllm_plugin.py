@@ -22,7 +22,7 @@ for k, v in integration.CPU_ENV.items(): os.environ.setdefault(k, v)
 def run(cls, n: int, steps: int, prompt: int = 128, path: Path | None = None) -> dict:
     "Per counted step: schedule(), update_from_output() and (plugin) record() CPU seconds."
     from vllm.v1.outputs import ModelRunnerOutput
-    config = dict(block_size=16, num_blocks=n * (prompt + steps + 32) // 16 + 16, max_num_seqs=n,
+    config = dict(block_size=16, num_blocks=n * (prompt + steps + 48) // 16 + 16, max_num_seqs=n,
                   max_num_batched_tokens=8192, max_model_len=4096)
     s = integration.cpu_scheduler(config, cls)
     record_times = []
@@ -33,8 +33,9 @@ def run(cls, n: int, steps: int, prompt: int = 128, path: Path | None = None) ->
             record_times.append(time.thread_time() - t)
             return out
         s.timeline.record = timed
-    for i in range(n):
-        r = dict(id=f"r{i}", prompt_token_ids=list(range(i * 1000, i * 1000 + prompt)),
+    for i in range(n):   # prompt lengths spread over a block: requests fill blocks at all steps
+        length = prompt + i % 16
+        r = dict(id=f"r{i}", prompt_token_ids=list(range(i * 1000, i * 1000 + length)),
                  max_tokens=10 ** 6)
         s.add_request(integration.cpu_request(s, i, r))
     times = dict(schedule=[], update=[], record=[])

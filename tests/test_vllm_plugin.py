@@ -37,13 +37,14 @@ def slug(name: str) -> str:
 
 
 def workloads() -> dict[str, dict]:
-    "name -> workload: the worked examples (both sizes), the golden workloads, 20 random ones."
+    "name -> workload: worked examples (both sizes), golden workloads, 20 random ones, a stream."
     ws = {}
     for full in (False, True):
         for name, w in worked_example_workloads(full=full).items(): ws[f"ex_{slug(name)}"] = w
     for p in sorted(GOLDEN.glob("*.json")) + sorted(GOLDEN.glob("known_differences/*.json")):
         if not p.name.endswith(".trace.json"): ws[f"golden_{p.stem}"] = json.loads(p.read_text())
     for seed in range(20): ws[f"random_{seed:02d}"] = random_workload(seed)
+    ws["stream_80"] = stream_workload(80, seed=2, every=2, num_blocks=120)   # long decode runs
     return {k: vllm_valid(w) for k, w in ws.items()}
 
 

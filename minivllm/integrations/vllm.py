@@ -111,7 +111,7 @@ def _compact(values: list):
     "A list of counts, or the one number when all are 1 (most decode steps)."
     return 1 if values.count(1) == len(values) else values
 
-# %% ../../nbs/26_vllm_integration.ipynb #f228e9b3
+# %% ../../nbs/26_vllm_integration.ipynb #e3bda16d
 @patch
 def record(self: TimelineWriter, s, so, mro, outputs: dict) -> dict:
     "Append the line of the step `so` (a `SchedulerOutput`) that `update_from_output` finished."
@@ -123,7 +123,7 @@ def record(self: TimelineWriter, s, so, mro, outputs: dict) -> dict:
     if req_ids != last.get("req_ids"): rec["req_ids"] = req_ids
     rec["num_scheduled_tokens"] = grant = _compact(g)
     if cids != last.get("cached_req_ids"): rec["cached_req_ids"] = cids
-    steady = self._columns(rec, c, mro, req_ids)
+    steady = self._columns(rec, c, mro, req_ids, g)
     touched = self._follow_tables(rec, s, so, mro, steady)
     ended = self._ended(rec, s, so, outputs, touched)
     running = s.running if len(grants) != len(s.running) + len(ended) else ()
@@ -144,30 +144,28 @@ def record(self: TimelineWriter, s, so, mro, outputs: dict) -> dict:
     self.seconds += time.perf_counter() - t
     return rec
 
-# %% ../../nbs/26_vllm_integration.ipynb #1dcb349b
+# %% ../../nbs/26_vllm_integration.ipynb #75fb6b79
 @patch
-def _columns(self: TimelineWriter, rec: dict, c, mro, req_ids: list) -> bool:
+def _columns(self: TimelineWriter, rec: dict, c, mro, req_ids: list, grants: list) -> bool:
     "Add the sent counts and the sampled counts to `rec` unless predictable; is the step steady?"
     last, nct, nout = self._last, c.num_computed_tokens, c.num_output_tokens
-    b, o = np.fromiter(nct, np.int64, len(nct)), np.fromiter(nout, np.int64, len(nout))
     n_sampled = list(map(len, mro.sampled_token_ids))
     grant, sampled = rec["num_scheduled_tokens"], _compact(n_sampled)
+    sums = sum(nct), sum(nout), sum(grants), sum(n_sampled)
     steady = "req_ids" not in rec and "cached_req_ids" not in rec and last.get("steady")
-    if not (steady and np.array_equal(b, last["b"] + last["grant"])):
+    if not (steady and sums[0] == last["sums"][0] + last["sums"][2]):
         rec["num_computed_tokens"] = nct                # else: before + granted
-    if not (steady and np.array_equal(o, last["o"] + last["sampled"])):
+    if not (steady and sums[1] == last["sums"][1] + last["sums"][3]):
         rec["num_output_tokens"] = nout                 # else: before + sampled
     if mro.req_ids != req_ids: rec["sampled_req_ids"] = mro.req_ids
     rec["num_sampled"] = sampled
     if self.tokens: rec["sampled_token_ids"] = [list(map(int, x)) for x in mro.sampled_token_ids]
     steady = req_ids == c.req_ids and mro.req_ids == req_ids   # only running requests ran
-    self._last = dict(req_ids=req_ids, cached_req_ids=c.req_ids, b=b, o=o, steady=steady,
-                      grant=grant if isinstance(grant, int) else np.array(grant),
-                      sampled=sampled if isinstance(sampled, int) else np.array(sampled),
+    self._last = dict(req_ids=req_ids, cached_req_ids=c.req_ids, sums=sums, steady=steady,
                       n_sampled=n_sampled)
     return steady
 
-# %% ../../nbs/26_vllm_integration.ipynb #13301676
+# %% ../../nbs/26_vllm_integration.ipynb #919150ad
 @patch
 def _follow_tables(self: TimelineWriter, rec: dict, s, so, mro, steady: bool) -> list[int]:
     "Follow the block tables from what was sent; the blocks whose state may have changed."
@@ -188,14 +186,31 @@ def _follow_tables(self: TimelineWriter, rec: dict, s, so, mro, steady: bool) ->
         if rid in c.resumed_req_ids: live[rid] = resumed[rid] = ids
         elif ids: live.setdefault(rid, []).extend(ids); new_blocks[rid] = ids
     if self._caching and cids:                                 # blocks a grant filled
-        grant = rec["num_scheduled_tokens"]
-        g = grant if isinstance(grant, int) and steady else \
-            np.fromiter(map(grants.__getitem__, cids), np.int64, len(cids))
-        for i in np.flatnonzero(self._last["b"] % bs + g >= bs).tolist():
+        for i in self._filled(rec, nct, None if steady else [grants[r] for r in cids]):
             touched += live.get(cids[i], [])[nct[i] // bs:(nct[i] + grants[cids[i]]) // bs]
     for k, v in (("new_reqs", new_reqs), ("resumed", resumed), ("new_block_ids", new_blocks)):
         if v: rec[k] = v
     return touched
+
+# %% ../../nbs/26_vllm_integration.ipynb #04f52716
+@patch
+def _filled(self: TimelineWriter, rec: dict, nct: list, grants: list | None) -> list[int]:
+    "Indices (in `cached_req_ids`) of the requests whose grant filled a block this step."
+    bs, step, phase = self._bs, self.next_step, getattr(self, "_phase", None)
+    decode = grants is None and rec["num_scheduled_tokens"] == 1       # all running, 1 token
+    if decode and phase is not None and not {"req_ids", "cached_req_ids",
+                                             "num_computed_tokens"} & rec.keys():
+        return phase[step % bs]
+    b = np.fromiter(nct, np.int64, len(nct))
+    if not decode:
+        self._phase = None
+        g = np.array(grants) if grants is not None else rec["num_scheduled_tokens"]
+        return np.flatnonzero(b % bs + g >= bs).tolist()
+    at = (step + bs - 1 - b) % bs                     # the steps (mod bs) at which each fills
+    order = np.argsort(at, kind="stable")
+    bounds = np.searchsorted(at[order], np.arange(bs + 1))
+    self._phase = [order[bounds[k]:bounds[k + 1]].tolist() for k in range(bs)]
+    return self._phase[step % bs]
 
 # %% ../../nbs/26_vllm_integration.ipynb #2ffa816c
 @patch

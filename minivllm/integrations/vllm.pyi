@@ -43,12 +43,16 @@ class TimelineWriter:
         """Append the line of the step `so` (a `SchedulerOutput`) that `update_from_output` finished."""
         ...
 
-    def _columns(self: TimelineWriter, rec: dict, c, mro, req_ids: list) -> bool:
+    def _columns(self: TimelineWriter, rec: dict, c, mro, req_ids: list, grants: list) -> bool:
         """Add the sent counts and the sampled counts to `rec` unless predictable; is the step steady?"""
         ...
 
     def _follow_tables(self: TimelineWriter, rec: dict, s, so, mro, steady: bool) -> list[int]:
         """Follow the block tables from what was sent; the blocks whose state may have changed."""
+        ...
+
+    def _filled(self: TimelineWriter, rec: dict, nct: list, grants: list | None) -> list[int]:
+        """Indices (in `cached_req_ids`) of the requests whose grant filled a block this step."""
         ...
 
     def _ended(self: TimelineWriter, rec: dict, s, so, outputs: dict, touched: list) -> set:
