@@ -196,3 +196,33 @@ def test_a_cut_last_line_is_dropped(recorded, tmp_path):
     cut = tmp_path / "cut.jsonl"
     cut.write_text(text[:-10])
     assert len(load(cut)) == text.count("\n") - 2
+
+
+def test_vllm_resolves_the_plugin_by_name():
+    """What `vllm serve --scheduler-cls minivllm.integrations.vllm.TimelineScheduler` does with it:
+    vLLM's `SchedulerConfig.get_scheduler_cls` resolves the name (in the engine core process), the
+    class pickles by reference, and `AsyncTimelineScheduler` decides as vLLM's scheduler does."""
+    if not (VENV / "bin" / "python").exists():
+        if os.environ.get("CI"): pytest.fail(f"no vLLM venv at {VENV}: run `make vllm-env`")
+        pytest.skip("no vLLM venv: `make vllm-env` builds it")
+    code = (
+        "import json, os, pickle, sys\n"
+        "import minivllm.integrations.vllm as m\n"
+        "for k, v in m.CPU_ENV.items(): os.environ.setdefault(k, v)\n"
+        "from vllm.config import SchedulerConfig\n"
+        "from vllm.v1.core.sched.scheduler import Scheduler\n"
+        "sc = SchedulerConfig(max_model_len=64, is_encoder_decoder=False,\n"
+        "                     scheduler_cls='minivllm.integrations.vllm.TimelineScheduler')\n"
+        "cls = sc.get_scheduler_cls()\n"
+        "assert cls is m.TimelineScheduler and issubclass(cls, Scheduler)\n"
+        "assert pickle.loads(pickle.dumps(cls)) is cls\n"
+        "w = json.loads(sys.stdin.read())\n"
+        "assert m.replay(w, Scheduler) == m.replay(w, m.AsyncTimelineScheduler, sys.argv[1])\n"
+        "print('ok')\n")
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        out = subprocess.run([str(VENV / "bin" / "python"), "-c", code, f"{d}/a.jsonl"],
+                             input=json.dumps(WORKLOADS["ex_E6"]), capture_output=True, text=True,
+                             cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]
+        assert load(f"{d}/a.jsonl").header["scheduler"] == "AsyncTimelineScheduler"
