@@ -54,14 +54,15 @@ def test_attention_needs_a_forward_context(tiny_dirs):
     model = load_model(tiny_dirs["LlamaForCausalLM"])
     with pytest.raises(RuntimeError, match="no forward context"): get_forward_context()
     attn = model.model.layers[0].self_attn
-    cos, sin = model.model.rotary_emb(torch.tensor([0]))
+    positions = torch.tensor([0])
+    cos_sin = model.model.rotary_emb(positions)
     kv = make_kv_caches(*model.kv_cache_spec(), 2, 16)[0]
     with pytest.raises(RuntimeError, match="no forward context"):
-        attn(torch.randn(1, model.config.hidden_size), cos, sin, kv)
+        attn(torch.randn(1, model.config.hidden_size), positions, cos_sin, kv)
     _, md = make_attn_metadata([[1]], [0], [1], 16)
     with torch.no_grad(), set_forward_context(md, get_attn_backend("torch")):
         assert get_forward_context().attn_metadata is md
-        attn(torch.randn(1, model.config.hidden_size), cos, sin, kv)
+        attn(torch.randn(1, model.config.hidden_size), positions, cos_sin, kv)
     with pytest.raises(RuntimeError): get_forward_context()        # reset after the pass
 
 

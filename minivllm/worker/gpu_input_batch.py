@@ -135,10 +135,11 @@ def _set_sampling_row(self: InputBatch, row: int, sp: SamplingParams,
     if generator is not None: self.generators[row] = generator
 
 @patch
-def has_penalties(self: InputBatch, row: int) -> bool:
-    "True if row `row` uses a presence, frequency or repetition penalty."
-    return bool(self.presence_penalties[row] != 0 or self.frequency_penalties[row] != 0
-                or self.repetition_penalties[row] != 1)
+def has_penalties(self: InputBatch, row):
+    "True if row `row` uses a presence, frequency or repetition penalty (per row for an array)."
+    uses = ((self.presence_penalties[row] != 0) | (self.frequency_penalties[row] != 0)
+            | (self.repetition_penalties[row] != 1))
+    return bool(uses) if np.ndim(uses) == 0 else uses
 
 @patch
 def _init_penalty_counts(self: InputBatch, row: int):
@@ -210,9 +211,9 @@ def update_states(requests: dict[str, CachedRequestState], input_batch: InputBat
     for req_id in scheduler_output.finished_req_ids:
         requests.pop(req_id, None)
         input_batch.remove_request(req_id)
-    for req_id in input_batch.req_ids:
-        if req_id is not None and req_id not in scheduler_output.num_scheduled_tokens:
-            input_batch.remove_request(req_id)
+    # rows not scheduled this step (preempted, say): one set difference, not a loop over rows
+    for req_id in input_batch.req_id_to_index.keys() - scheduler_output.num_scheduled_tokens.keys():
+        input_batch.remove_request(req_id)
     to_add = [_add_new_request(requests, new,
                                device) for new in scheduler_output.scheduled_new_reqs]
     to_add += _update_cached_requests(requests, input_batch, scheduler_output.scheduled_cached_reqs)
@@ -232,21 +233,21 @@ def _add_new_request(requests, new, device) -> CachedRequestState:
 
 def _update_cached_requests(requests, input_batch, cached) -> list[CachedRequestState]:
     "Refresh known requests; return those that need a row again."
-    to_add = []
+    to_add, rows, counts, index = [], [], [], input_batch.req_id_to_index
     for req_id, num_computed, new_ids in zip(cached.req_ids, cached.num_computed_tokens,
                                              cached.new_block_ids):
-        if req_id not in requests:
-            raise ValueError(f"cached request {req_id!r} is unknown to the worker")
-        state = requests[req_id]
+        state = requests.get(req_id)
+        if state is None: raise ValueError(f"cached request {req_id!r} is unknown to the worker")
         state.num_computed_tokens = num_computed
-        resumed, row = req_id in cached.resumed_req_ids, input_batch.req_id_to_index.get(req_id)
+        resumed, row = req_id in cached.resumed_req_ids, index.get(req_id)
         if resumed and row is not None:
             raise ValueError(f"resumed request {req_id!r} still has a batch row")
         if resumed: state.block_ids = list(new_ids)
         elif new_ids is not None: state.block_ids.extend(new_ids)
         if row is None: to_add.append(state); continue
-        input_batch.num_computed_tokens_cpu[row] = num_computed
+        rows.append(row); counts.append(num_computed)
         if new_ids is not None: input_batch.block_table.append_row(new_ids, row)
+    input_batch.num_computed_tokens_cpu[rows] = counts           # every row in one assignment
     return to_add
 
 # %% ../../nbs/10_input_batch.ipynb #f8902dd8
@@ -324,7 +325,7 @@ def append_token_ids(self: InputBatch, row: int, token_ids: list[int], count: bo
 @patch
 def count_output_tokens(self: InputBatch, rows: list[int], token_ids: list[int]):
     "Add one to `output_bin_counts[row, token]` for each pair, in one device operation."
-    if not rows: return
+    if len(rows) == 0: return
     r, t = to_device(np.asarray(rows), self.device, torch.int64), to_device(
         np.asarray(token_ids), self.device, torch.int64)
     self.output_bin_counts.index_put_((r, t), torch.ones_like(r, dtype=torch.int32),
@@ -333,13 +334,20 @@ def count_output_tokens(self: InputBatch, rows: list[int], token_ids: list[int])
 def bookkeeping_sync(requests: dict[str, CachedRequestState], input_batch: InputBatch,
                      sampled_token_ids, discard_request_indices) -> list[list[int]]:
     "Record each row's sampled token (none for partial prefills); return the per-row lists."
-    valid = [[int(t)] for t in sampled_token_ids]
+    sampled = np.asarray(sampled_token_ids, dtype=np.int64).reshape(-1)    # one token per row
+    keep = np.ones(len(sampled), dtype=bool)
+    keep[np.asarray(discard_request_indices, dtype=np.int64)] = False
+    rows = np.flatnonzero(keep)
+    ends = input_batch.num_tokens_no_spec[rows]
+    if len(rows) and ends.max() >= input_batch.max_model_len:
+        raise ValueError(f"a row would hold more than max_model_len={input_batch.max_model_len} "
+                         "tokens")
+    input_batch.token_ids_cpu[rows, ends] = sampled[rows]      # every row at once, in numpy
+    input_batch.num_tokens_no_spec[rows] = ends + 1
+    counted = rows[input_batch.has_penalties(rows)]
+    input_batch.count_output_tokens(counted, sampled[counted])  # one device operation
+    valid = [[t] for t in sampled.tolist()]
     for row in discard_request_indices: valid[row] = []
-    counted_rows, counted_ids = [], []
-    for row, (req_id, ids) in enumerate(zip(input_batch.req_ids, valid)):
-        if ids:
-            input_batch.append_token_ids(row, ids, count=False)
-            requests[req_id].output_token_ids.extend(ids)
-            if input_batch.has_penalties(row): counted_rows += [row] * len(ids); counted_ids += ids
-    input_batch.count_output_tokens(counted_rows, counted_ids)   # all rows at once
+    req_ids = input_batch._req_ids
+    for row in rows.tolist(): requests[req_ids[row]].output_token_ids += valid[row]
     return valid

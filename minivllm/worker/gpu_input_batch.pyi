@@ -57,8 +57,8 @@ class InputBatch:
         """Copy one request's sampling parameters into row `row`."""
         ...
 
-    def has_penalties(self: InputBatch, row: int) -> bool:
-        """True if row `row` uses a presence, frequency or repetition penalty."""
+    def has_penalties(self: InputBatch, row):
+        """True if row `row` uses a presence, frequency or repetition penalty (per row for an array)."""
         ...
 
     def _init_penalty_counts(self: InputBatch, row: int):

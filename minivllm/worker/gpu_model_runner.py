@@ -156,9 +156,9 @@ def execute_model(self: ModelRunner, scheduler_output) -> ModelRunnerOutput:
     self._start_prompt_logprobs(scheduler_output)
     if scheduler_output.total_num_scheduled_tokens == 0: return EMPTY_MODEL_RUNNER_OUTPUT
     input_batch = self.input_batch
-    num_scheduled = np.array(
-        [scheduler_output.num_scheduled_tokens[r] for r in input_batch.req_ids]
-    )
+    req_ids = input_batch.req_ids
+    num_scheduled = np.fromiter(map(scheduler_output.num_scheduled_tokens.__getitem__, req_ids),
+                                dtype=np.int64, count=len(req_ids))
     batch_inputs = prepare_inputs(input_batch, num_scheduled)
     hidden = self.model(self._tensor(batch_inputs.input_ids, torch.int64),
                         self._tensor(batch_inputs.positions, torch.int64),

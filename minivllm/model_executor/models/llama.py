@@ -6,7 +6,7 @@
 __all__ = ['onednn_linear', 'ONEDNN', 'layer_attention_op', 'ARCHITECTURES', 'get_head_dim', 'rope_parameters', 'RMSNorm',
            'rope_inv_freq', 'apply_rope', 'RotaryEmbedding', 'register_op', 'unquantized_gemm', 'Linear', 'LlamaMLP',
            'layer_attention', 'LlamaAttention', 'make_kv_caches', 'LlamaDecoderLayer', 'LlamaModel', 'LlamaForCausalLM',
-           'compile_and_warm_up']
+           'compile_and_warm_up', 'rms_norm_triton', 'rope_triton']
 
 # %% ../../../nbs/13_model.ipynb #f11da485
 import math, warnings
@@ -15,8 +15,10 @@ import torch.nn.functional as F
 from torch import nn
 from fastcore.basics import patch
 from tqdm import tqdm
-from ...attention.backends.triton_attn import AttentionMetadata, PAD_SLOT_ID
+from ...attention.backends.triton_attn import AttentionMetadata, PAD_SLOT_ID, _on_device
 from ...forward_context import get_forward_context, set_forward_context
+import triton                  # after the attention module: it picks the interpreter on a CPU
+import triton.language as tl
 
 # %% ../../../nbs/13_model.ipynb #3988e5ea
 def get_head_dim(config) -> int:
@@ -35,16 +37,24 @@ def rope_parameters(config) -> dict:
 # %% ../../../nbs/13_model.ipynb #442781b9
 class RMSNorm(nn.Module):
     "Root-mean-square normalisation over the last dimension, with a learned scale."
+    use_triton = False           # the model sets it on the triton backend: one fused kernel (below)
     def __init__(self, size: int, eps: float = 1e-6):
         super().__init__()
         self.weight, self.eps = nn.Parameter(torch.ones(size)), eps
 
     def forward(self, x, residual=None):
         "`norm(x)`; with `residual`, vLLM's fused form: `(norm(x + residual), x + residual)`."
+        if self.use_triton and not torch.compiler.is_compiling():
+            return rms_norm_triton(x, self.weight, self.eps, residual)
+        return self.forward_native(x, residual)
+
+    def forward_native(self, x, residual=None):
+        "The same in torch operations (vLLM's `forward_native`)."
         if residual is not None: x = residual = x + residual
         if x.dtype == torch.float32: out = F.rms_norm(x, self.weight.shape, self.weight, self.eps)
         else: out = self.weight * F.rms_norm(x.float(), self.weight.shape, eps=self.eps).to(x.dtype)
         return out if residual is None else (out, residual)
+
 
 # %% ../../../nbs/13_model.ipynb #e77722fd
 def _llama3_inv_freq(inv_freq, p):
@@ -182,6 +192,7 @@ ARCHITECTURES = {  # Hugging Face architecture -> how its attention differs from
 
 class LlamaAttention(nn.Module):
     "Grouped-query self-attention with RoPE; K/V go to and from the paged cache via the backend."
+    use_triton = False           # the model sets it on the triton backend: fused RoPE (below)
     def __init__(self, config):
         super().__init__()
         variant = ARCHITECTURES[config.architectures[0]]
@@ -202,19 +213,25 @@ class LlamaAttention(nn.Module):
 
 # %% ../../../nbs/13_model.ipynb #11ecdbc2
 @patch
-def forward(self: LlamaAttention, x, cos, sin, kv_cache):
+def forward(self: LlamaAttention, x, positions, cos_sin, kv_cache):
     "Attend each token of the flat batch `x` `[num_tokens, hidden]` over its request's context."
     n, hq, hkv = x.shape[0], self.num_heads, self.num_kv_heads
     qkv = self.qkv_proj(x)                                         # one matmul for q, k and v
     qk = qkv[:, :self.q_size + self.kv_size].view(n, hq + hkv, self.head_dim)
     v = qkv[:, self.q_size + self.kv_size:].view(n, hkv, self.head_dim)
-    if hasattr(self, "q_norm"):                         # Qwen3: per-head norms of q and k
-        qk = torch.cat((self.q_norm(qk[:, :hq]), self.k_norm(qk[:, hq:])), 1)
-    qk = apply_rope(qk, cos, sin)                                  # q and k rotated together
+    if self.use_triton and not torch.compiler.is_compiling():   # one kernel, in place in qkv
+        norms = (self.q_norm.weight, self.k_norm.weight, self.q_norm.eps) if hasattr(
+            self, "q_norm") else ()
+        rope_triton(qk, positions, cos_sin, hq, *norms)   # cos_sin: the whole cos_sin_cache
+    else:
+        if hasattr(self, "q_norm"):                         # Qwen3: per-head norms of q and k
+            qk = torch.cat((self.q_norm(qk[:, :hq]), self.k_norm(qk[:, hq:])), 1)
+        qk = apply_rope(qk, *cos_sin)                              # q and k rotated together
     q, k = qk[:, :hq], qk[:, hq:]
     attend = layer_attention_op if torch.compiler.is_compiling() else layer_attention
     out = attend(q, k, v, kv_cache, self.scaling)
     return self.o_proj(out.view(n, self.q_size))
+
 
 # %% ../../../nbs/13_model.ipynb #ebf184c0
 def make_kv_caches(num_layers, num_kv_heads, head_dim, dtype, num_blocks: int, block_size: int,
@@ -233,16 +250,17 @@ class LlamaDecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
-    def forward(self, x, residual, cos, sin, kv_cache):
+    def forward(self, x, residual, positions, cos_sin, kv_cache):
         "`(mlp output, residual)`: the sum `x + residual` is left to the next norm (vLLM's form)."
         if residual is None: x, residual = self.input_layernorm(x), x
         else: x, residual = self.input_layernorm(x, residual)
-        x = self.self_attn(x, cos, sin, kv_cache)
+        x = self.self_attn(x, positions, cos_sin, kv_cache)
         x, residual = self.post_attention_layernorm(x, residual)
         return self.mlp(x), residual
 
 class LlamaModel(nn.Module):
     "Token embedding, the stack of decoder layers and the final norm."
+    use_triton = False
     def __init__(self, config):
         super().__init__()
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
@@ -253,9 +271,11 @@ class LlamaModel(nn.Module):
 
     def forward(self, input_ids, positions, kv_caches):
         x, residual = self.embed_tokens(input_ids), None
-        cos, sin = self.rotary_emb(positions)                # once per step, for every layer
+        if self.use_triton and not torch.compiler.is_compiling():
+            cos_sin = self.rotary_emb.cos_sin_cache            # the RoPE kernel indexes it itself
+        else: cos_sin = self.rotary_emb(positions)            # once per step, for every layer
         for layer, kv_cache in zip(self.layers, kv_caches, strict=True):
-            x, residual = layer(x, residual, cos, sin, kv_cache)
+            x, residual = layer(x, residual, positions, cos_sin, kv_cache)
         return self.norm(x, residual)[0]
 
 # %% ../../../nbs/13_model.ipynb #3ca9f312
@@ -268,6 +288,8 @@ class LlamaForCausalLM(nn.Module):
         tied = getattr(config, "tie_word_embeddings", False)
         self.lm_head = (self.model.embed_tokens if tied
                         else Linear(config.hidden_size, config.vocab_size, bias=False))
+        for m in self.modules():     # the triton backend also fuses the norms and RoPE (below)
+            if hasattr(m, "use_triton"): m.use_triton = attn_backend.name == "triton"
 
     def forward(self, input_ids, positions, attn_metadata: AttentionMetadata):
         "Hidden states `[num_tokens, hidden]` of a flat batch; writes K/V into `self.kv_caches`."
@@ -331,3 +353,73 @@ def compile_and_warm_up(model: LlamaForCausalLM) -> bool:
                       f"{str(e)[:200]}); enforce_eager=True skips compiling")
         return False
     return True
+
+# %% ../../../nbs/13_model.ipynb #aaa4d9d5
+@triton.jit
+def _rms_norm_kernel(x_ptr, residual_ptr, weight_ptr, out_ptr, stride_x, stride_r, stride_o, eps,
+                     N: tl.constexpr, BLOCK: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    offs = tl.arange(0, BLOCK)
+    ok = offs < N
+    dtype = x_ptr.dtype.element_ty       # arithmetic in float32 (the interpreter has no bf16 math)
+    x = tl.load(x_ptr + row * stride_x + offs, mask=ok, other=0.0).to(tl.float32)
+    if HAS_RESIDUAL:                     # the sum, rounded to the model's dtype as torch rounds it
+        x += tl.load(residual_ptr + row * stride_r + offs, mask=ok, other=0.0).to(tl.float32)
+        x = x.to(dtype).to(tl.float32)
+        tl.store(residual_ptr + row * stride_r + offs, x.to(dtype), mask=ok)
+    rstd = tl.rsqrt(tl.sum(x * x, 0) / N + eps)
+    w = tl.load(weight_ptr + offs, mask=ok, other=0.0).to(tl.float32)
+    y = (x * rstd).to(dtype).to(tl.float32) * w
+    tl.store(out_ptr + row * stride_o + offs, y.to(out_ptr.dtype.element_ty), mask=ok)
+
+def rms_norm_triton(x, weight, eps: float, residual=None):
+    "`RMSNorm.forward` as one kernel; with `residual`, in place (`x` <- norm, `residual` <- sum)."
+    n, size = x.shape
+    assert x.stride(-1) == 1 and (residual is None or residual.stride(-1) == 1)
+    out = x if residual is not None else torch.empty_like(x)
+    if n:
+        with _on_device(x):
+            _rms_norm_kernel[(n,)](
+                x, x if residual is None else residual, weight, out, x.stride(0),
+                0 if residual is None else residual.stride(0), out.stride(0), eps,
+                N=size, BLOCK=triton.next_power_of_2(size), HAS_RESIDUAL=residual is not None)
+    return out if residual is None else (out, residual)
+
+# %% ../../../nbs/13_model.ipynb #8972f531
+@triton.jit
+def _rope_kernel(qk_ptr, positions_ptr, cache_ptr, q_weight_ptr, k_weight_ptr, stride_t, stride_h,
+                 stride_c, eps, NUM_Q_HEADS: tl.constexpr, HALF: tl.constexpr,
+                 HALF_PAD: tl.constexpr, QK_NORM: tl.constexpr):
+    t, h = tl.program_id(0).to(tl.int64), tl.program_id(1)
+    offs = tl.arange(0, HALF_PAD)
+    ok = offs < HALF
+    base = qk_ptr + t * stride_t + h * stride_h
+    dtype = qk_ptr.dtype.element_ty
+    x1 = tl.load(base + offs, mask=ok, other=0.0).to(tl.float32)          # the "real" half
+    x2 = tl.load(base + HALF + offs, mask=ok, other=0.0).to(tl.float32)   # the "imaginary" half
+    if QK_NORM:                          # Qwen3: RMSNorm of the head first, rounded as torch does
+        rstd = tl.rsqrt((tl.sum(x1 * x1, 0) + tl.sum(x2 * x2, 0)) / (2 * HALF) + eps)
+        w_ptr = q_weight_ptr if h < NUM_Q_HEADS else k_weight_ptr
+        w1 = tl.load(w_ptr + offs, mask=ok, other=0.0).to(tl.float32)
+        w2 = tl.load(w_ptr + HALF + offs, mask=ok, other=0.0).to(tl.float32)
+        x1 = ((x1 * rstd).to(dtype).to(tl.float32) * w1).to(dtype).to(tl.float32)
+        x2 = ((x2 * rstd).to(dtype).to(tl.float32) * w2).to(dtype).to(tl.float32)
+    row = cache_ptr + tl.load(positions_ptr + t) * stride_c               # cos, then sin
+    cos = tl.load(row + offs, mask=ok, other=0.0).to(tl.float32)
+    sin = tl.load(row + HALF + offs, mask=ok, other=0.0).to(tl.float32)
+    tl.store(base + offs, (x1 * cos - x2 * sin).to(dtype), mask=ok)
+    tl.store(base + HALF + offs, (x2 * cos + x1 * sin).to(dtype), mask=ok)
+
+def rope_triton(qk, positions, cos_sin_cache, num_q_heads: int, q_weight=None, k_weight=None,
+                eps: float = 1e-6):
+    "Rotate `qk` `[tokens, q + k heads, head_dim]` in place (q/k norms first, given their weights)."
+    n, heads, d = qk.shape
+    assert qk.stride(-1) == 1 and cos_sin_cache.stride(-1) == 1 and d % 2 == 0
+    if n:
+        with _on_device(qk):
+            _rope_kernel[(n, heads)](
+                qk, positions, cos_sin_cache, qk if q_weight is None else q_weight,
+                qk if k_weight is None else k_weight, qk.stride(0), qk.stride(1),
+                cos_sin_cache.stride(0), eps, NUM_Q_HEADS=num_q_heads, HALF=d // 2,
+                HALF_PAD=triton.next_power_of_2(d // 2), QK_NORM=q_weight is not None)
+    return qk

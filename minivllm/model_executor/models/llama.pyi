@@ -1,13 +1,15 @@
 """A Llama-family decoder (Llama, SmolLM2, Qwen2, Qwen3) over the paged KV cache, loading Hugging Face safetensors."""
-__all__ = ['onednn_linear', 'ONEDNN', 'layer_attention_op', 'ARCHITECTURES', 'get_head_dim', 'rope_parameters', 'RMSNorm', 'rope_inv_freq', 'apply_rope', 'RotaryEmbedding', 'register_op', 'unquantized_gemm', 'Linear', 'LlamaMLP', 'layer_attention', 'LlamaAttention', 'make_kv_caches', 'LlamaDecoderLayer', 'LlamaModel', 'LlamaForCausalLM', 'compile_and_warm_up']
+__all__ = ['onednn_linear', 'ONEDNN', 'layer_attention_op', 'ARCHITECTURES', 'get_head_dim', 'rope_parameters', 'RMSNorm', 'rope_inv_freq', 'apply_rope', 'RotaryEmbedding', 'register_op', 'unquantized_gemm', 'Linear', 'LlamaMLP', 'layer_attention', 'LlamaAttention', 'make_kv_caches', 'LlamaDecoderLayer', 'LlamaModel', 'LlamaForCausalLM', 'compile_and_warm_up', 'rms_norm_triton', 'rope_triton']
 import math, warnings
 import torch
 import torch.nn.functional as F
 from torch import nn
 from fastcore.basics import patch
 from tqdm import tqdm
-from ...attention.backends.triton_attn import AttentionMetadata, PAD_SLOT_ID
+from ...attention.backends.triton_attn import AttentionMetadata, PAD_SLOT_ID, _on_device
 from ...forward_context import get_forward_context, set_forward_context
+import triton
+import triton.language as tl
 
 def get_head_dim(config) -> int:
     """Per-head size: the config's `head_dim`, else `hidden_size // num_attention_heads`."""
@@ -19,12 +21,17 @@ def rope_parameters(config) -> dict:
 
 class RMSNorm(nn.Module):
     """Root-mean-square normalisation over the last dimension, with a learned scale."""
+    use_triton = False
 
     def __init__(self, size: int, eps: float=1e-06):
         ...
 
     def forward(self, x, residual=None):
         """`norm(x)`; with `residual`, vLLM's fused form: `(norm(x + residual), x + residual)`."""
+        ...
+
+    def forward_native(self, x, residual=None):
+        """The same in torch operations (vLLM's `forward_native`)."""
         ...
 
 def _llama3_inv_freq(inv_freq, p):
@@ -94,11 +101,12 @@ ARCHITECTURES = {'LlamaForCausalLM': {}, 'Qwen2ForCausalLM': {'qkv_bias': True, 
 
 class LlamaAttention(nn.Module):
     """Grouped-query self-attention with RoPE; K/V go to and from the paged cache via the backend."""
+    use_triton = False
 
     def __init__(self, config):
         ...
 
-    def forward(self: LlamaAttention, x, cos, sin, kv_cache):
+    def forward(self: LlamaAttention, x, positions, cos_sin, kv_cache):
         """Attend each token of the flat batch `x` `[num_tokens, hidden]` over its request's context."""
         ...
 
@@ -112,12 +120,13 @@ class LlamaDecoderLayer(nn.Module):
     def __init__(self, config):
         ...
 
-    def forward(self, x, residual, cos, sin, kv_cache):
+    def forward(self, x, residual, positions, cos_sin, kv_cache):
         """`(mlp output, residual)`: the sum `x + residual` is left to the next norm (vLLM's form)."""
         ...
 
 class LlamaModel(nn.Module):
     """Token embedding, the stack of decoder layers and the final norm."""
+    use_triton = False
 
     def __init__(self, config):
         ...
@@ -153,4 +162,20 @@ def _dummy_decode(model: LlamaForCausalLM, num_reqs: int):
 
 def compile_and_warm_up(model: LlamaForCausalLM) -> bool:
     """torch.compile the decoder stack and the logits, now; `False`, with a warning, if that fails."""
+    ...
+
+@triton.jit
+def _rms_norm_kernel(x_ptr, residual_ptr, weight_ptr, out_ptr, stride_x, stride_r, stride_o, eps, N: tl.constexpr, BLOCK: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
+    ...
+
+def rms_norm_triton(x, weight, eps: float, residual=None):
+    """`RMSNorm.forward` as one kernel; with `residual`, in place (`x` <- norm, `residual` <- sum)."""
+    ...
+
+@triton.jit
+def _rope_kernel(qk_ptr, positions_ptr, cache_ptr, q_weight_ptr, k_weight_ptr, stride_t, stride_h, stride_c, eps, NUM_Q_HEADS: tl.constexpr, HALF: tl.constexpr, HALF_PAD: tl.constexpr, QK_NORM: tl.constexpr):
+    ...
+
+def rope_triton(qk, positions, cos_sin_cache, num_q_heads: int, q_weight=None, k_weight=None, eps: float=1e-06):
+    """Rotate `qk` `[tokens, q + k heads, head_dim]` in place (q/k norms first, given their weights)."""
     ...
