@@ -385,7 +385,7 @@ def main():
                 (OUT / rel).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(f, OUT / rel)
     labels, nbs, api, page2doc, problems, sources = set(), {}, {}, {}, [], set()
-    notes, manifest, titles = [], {}, {}
+    notes, manifest, titles, md_titles = [], {}, {}, {}
     lib = SourceIndex(ROOT, C.get("lib_path", C.get("lib_name", "")))
     for p in index + chapters:
         proc = PROC / p.name
@@ -406,6 +406,7 @@ def main():
         api[p.stem] = convert(nb, p.stem, labels, problems, head, lib, notes)
         title = head[0] or p.stem
         titles[p.stem] = numbered(p.stem, plain(title)) if p.stem != "index" else plain(title)
+        md_titles[p.stem] = numbered(p.stem, title)  # with its `code`, for Markdown links
         manifest[p.stem] = {"page": f"{p.stem}.html", "number": chapter_number(p.stem),
                             "part": part_of(p.stem) if p.stem != "index" else None,
                             "title": titles[p.stem], "summary": head[1],
@@ -439,7 +440,7 @@ def main():
         toc += entries + ["```", "", f"**{part}**", ""]
         for st in stems:
             summ = manifest[st]["summary"]
-            toc.append(f"- [{titles[st]}]({st}.ipynb)" + (f": {summ}" if summ else ""))
+            toc.append(f"- [{md_titles[st]}]({st}.ipynb)" + (f": {summ}" if summ else ""))
         if i == len(parts) - 1:
             toc.append(f"- [Source code]({src_index}.md): every module of the package, highlighted.")
         toc.append("")
