@@ -201,7 +201,8 @@ def test_a_cut_last_line_is_dropped(recorded, tmp_path):
 def test_vllm_resolves_the_plugin_by_name():
     """What `vllm serve --scheduler-cls minivllm.integrations.vllm.TimelineScheduler` does with it:
     vLLM's `SchedulerConfig.get_scheduler_cls` resolves the name (in the engine core process), the
-    class pickles by reference, and `AsyncTimelineScheduler` decides as vLLM's scheduler does."""
+    class pickles by reference, `AsyncTimelineScheduler` decides as vLLM's scheduler does, and a
+    failing recorder stops recording, not vLLM."""
     if not (VENV / "bin" / "python").exists():
         if os.environ.get("CI"): pytest.fail(f"no vLLM venv at {VENV}: run `make vllm-env`")
         pytest.skip("no vLLM venv: `make vllm-env` builds it")
@@ -217,7 +218,11 @@ def test_vllm_resolves_the_plugin_by_name():
         "assert cls is m.TimelineScheduler and issubclass(cls, Scheduler)\n"
         "assert pickle.loads(pickle.dumps(cls)) is cls\n"
         "w = json.loads(sys.stdin.read())\n"
-        "assert m.replay(w, Scheduler) == m.replay(w, m.AsyncTimelineScheduler, sys.argv[1])\n"
+        "plain = m.replay(w, Scheduler)\n"
+        "assert plain == m.replay(w, m.AsyncTimelineScheduler, sys.argv[1])\n"
+        "def broken(*args): raise RuntimeError('a bug in the recorder')\n"
+        "m.TimelineWriter.record = broken      # stops the recording, not vLLM\n"
+        "assert plain == m.replay(w, m.TimelineScheduler, sys.argv[1] + '.broken')\n"
         "print('ok')\n")
     import tempfile
     with tempfile.TemporaryDirectory() as d:

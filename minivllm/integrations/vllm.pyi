@@ -1,6 +1,6 @@
 """A scheduler plugin for `vllm serve --scheduler-cls` that records, step by step, what vLLM's own"""
 from __future__ import annotations
-import json, os, time
+import json, logging, os, time
 from functools import cached_property
 from itertools import compress
 from operator import add
