@@ -37,7 +37,7 @@ class SchedulerConfig:
 
 @dataclass
 class CacheConfig:
-    "KV-cache shape seen by the scheduler: block size, blocks, prefix caching, zeroing of fresh blocks."
+    "KV-cache shape for the scheduler: block size, blocks, prefix caching, zeroing fresh blocks."
     block_size: int = 16
     num_gpu_blocks: int | None = None
     enable_prefix_caching: bool = True

@@ -1,4 +1,4 @@
-"""A recorder that watches the scheduler without changing it, one record per step, and the figures"""
+"""A recorder that watches the scheduler without changing it, one record per step, and the figures and the step viewer drawn from those records."""
 from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property

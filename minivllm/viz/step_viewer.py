@@ -61,9 +61,11 @@ _VIEWER_JS = """
         r.blocks.join(", ") + "]</td></tr>"; });
     $("mv-sv-grants").innerHTML = rows;
     var ran = s.reqs.filter(function (r) { return ["waiting", "preempted"].indexOf(r.phase) < 0; });
-    var wait = s.reqs.filter(function (r) { return ["waiting", "preempted"].indexOf(r.phase) >= 0; });
+    var wait = s.reqs.filter(function (r) {
+      return ["waiting", "preempted"].indexOf(r.phase) >= 0; });
     var ids = function (a) { return a.map(function (r) { return esc(r.id); }).join(" ") || "-"; };
-    $("mv-sv-queues").innerHTML = "<b>running</b>: " + ids(ran) + " &nbsp; <b>waiting</b>: " + ids(wait);
+    $("mv-sv-queues").innerHTML = "<b>running</b>: " + ids(ran) +
+      " &nbsp; <b>waiting</b>: " + ids(wait);
     var pool = "";
     (s.pool || []).forEach(function (b) {
       pool += "<span class='mv-sv-block' data-block='" + b.id + "' data-state='" + b.state +
@@ -105,7 +107,7 @@ class StepViewer:
 
     @property
     def html(self) -> str:
-        "The widget: a container `div`, the records as JSON, its style and script; no external file."
+        "The widget: a container `div`, the records as JSON, its style and script: all inline."
         d, uid = self.data, self.uid
         payload = json.dumps(d).replace("</", "<\\/")
         key = "".join(f"<span style='background:{c}'>{k}</span>"

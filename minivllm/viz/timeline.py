@@ -106,7 +106,8 @@ def plot_kv_cache(recorder: TimelineRecorder, title: str = "KV cache over time")
     import matplotlib.pyplot as plt
     recs = list(recorder)
     x = [r.step for r in recs]
-    fig, (ax, bx) = plt.subplots(2, 1, figsize=(min(max(5.5, 3 + 0.25 * len(recs)), 8), 4.8), sharex=True)
+    width = min(max(5.5, 3 + 0.25 * len(recs)), 8)
+    fig, (ax, bx) = plt.subplots(2, 1, figsize=(width, 4.8), sharex=True)
     ax.plot(x, [r.kv_usage for r in recs], marker=".", label="usage after schedule()")
     ax.plot(x, [r.kv_usage_after for r in recs], ls="--", label="usage after the step")
     ax.set_ylim(-0.02, 1.02); ax.set_ylabel("KV usage", fontsize=9.5)
@@ -143,7 +144,8 @@ def plot_slots(block_ids: list[int], block_size: int, start: int, stop: int, tit
     fig, ax = plt.subplots(figsize=(max(6.5, 2.8 + 0.75 * bs), 1.3 + 0.45 * max(n, 1)))
     for i, bid in enumerate(block_ids):
         y = n - 1 - i
-        ax.text(-0.3, y + 0.45, f"logical {i} -> block {bid}", ha="right", va="center", fontsize=9.5)
+        ax.text(-0.3, y + 0.45, f"logical {i} -> block {bid}", ha="right", va="center",
+                fontsize=9.5)
         for j in range(bs):
             pos = i * bs + j
             new = start <= pos < stop
@@ -157,6 +159,11 @@ def plot_slots(block_ids: list[int], block_size: int, start: int, stop: int, tit
     shown = slots if len(slots) <= 8 else slots[:8] + ["..."]
     ax.set_xlim(-4.2, max(bs + 0.2, 6)); ax.set_ylim(-0.2, n + 0.1); ax.axis("off")
     ax.set_title(f"{title}positions {start}..{stop - 1} -> slots {shown}", fontsize=10)
+    from matplotlib.patches import Patch
+    key = [("#6fa8dc", "written this step (sN: slot)"), ("#dddddd", "computed before"),
+           ("white", "not yet written")]
+    ax.legend(handles=[Patch(facecolor=c, edgecolor="black", label=k) for c, k in key],
+              loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=3, frameon=False)
     fig.tight_layout()
     if caption:
         fig.text(0.01, 0.0, _wrap(caption, fig), fontsize=9.5, color="#555555", ha="left",

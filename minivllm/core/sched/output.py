@@ -103,7 +103,7 @@ SCHEDULER_OUTPUT_FIELDS = {
                          "shipped with the next output, then reset to a fresh empty set"),
     "preempted_req_ids": ("requests preempted during this schedule()",
                           "(informational; rows are dropped anyway)", "computed inside schedule()"),
-    "new_block_ids_to_zero": ("blocks popped from the pool this step (KVCacheManager.take_new_block_ids)",
+    "new_block_ids_to_zero": ("blocks popped from the pool this step (take_new_block_ids)",
                               "zero their KV before the forward pass (None: nothing to zero)",
                               "computed inside schedule(); None unless the cache needs zeroing"),
     "scheduled_spec_decode_tokens": ("draft tokens (speculative decoding; none here)",

@@ -1,4 +1,4 @@
-"""Each step: who runs, how many tokens, and does the KV cache have room? (vLLM's `Scheduler.schedule()` and `update_from_output()`)"""
+"""Each step, vLLM's `Scheduler.schedule()` decides who runs, how many tokens each gets and whether the KV cache has room, and `update_from_output()` takes the results back."""
 from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
