@@ -66,3 +66,20 @@ def test_replay_refuses_what_the_llm_cannot_run(tiny_llms):
         with pytest.raises(ValueError, match="busy"): replay_on_engine(e1_workload(), llm)
     finally:
         while llm.engine_core.scheduler.has_requests(): llm.engine_core.step()
+
+
+def test_e5_is_the_articles_state():
+    "E5 as the scheduler-role article states it: A 99 of 100 computed, B 0 of 4096, C 0 of 128, one step."
+    st = record_workload(e5_workload(full=True))[1]
+    assert [(q.req_id, q.num_computed_before, q.num_tokens, q.grant) for q in st.scheduled] == \
+        [("A", 99, 100, 1), ("B", 0, 4096, 256), ("C", 0, 128, 128)]
+
+
+def test_e6_variant_resumes_next_round_only_when_a_block_comes_free():
+    "C preempts itself at step 1; it resumes at step 2 on its cached blocks only if A's blocks come free."
+    from minivllm.testing.worked_examples import e6_next_round_workload
+    def resumed(wl):
+        return next((r.step, r["C"].prefix_hit_tokens) for r in record_workload(wl)
+                    if r.grants.get("C") and r["C"].kind == "resumed")
+    assert resumed(e6_variant_workload()) == (9, 0)
+    assert resumed(e6_next_round_workload()) == (2, 8)
