@@ -79,9 +79,9 @@ def _prompt_logprobs_plan(self: ModelRunner, batch_inputs: BatchInputs,
                           num_scheduled: np.ndarray) -> list[tuple]:
     "Per row owing prompt logprobs: (req_id, k, flat token indices, next prompt ids, completes)."
     input_batch, plan = self.input_batch, []
-    for row, req_id in enumerate(input_batch.req_ids):
-        k = self.num_prompt_logprobs.get(req_id)
-        if k is None: continue
+    index = input_batch.req_id_to_index           # only the requests that owe them, in row order
+    for row, req_id, k in sorted((index[r], r, k) for r, k in self.num_prompt_logprobs.items()
+                                 if r in index):
         start, n_prompt = int(input_batch.num_computed_tokens_cpu[row]), int(
             input_batch.num_prompt_tokens[row]
         )
@@ -184,5 +184,5 @@ def execute_model(self: ModelRunner, scheduler_output) -> ModelRunnerOutput:
                                  [r[:k + 1] for r, k in zip(host[2], ks)], host[3])
     prompt_logprobs = self._deliver_prompt_logprobs(plan, host[-3:] if prompt_lp else [[], [], []])
     req_ids = input_batch.req_ids
-    return ModelRunnerOutput(req_ids, {r: i for i, r in enumerate(req_ids)}, sampled, logprobs,
+    return ModelRunnerOutput(req_ids, dict(input_batch.req_id_to_index), sampled, logprobs,
                              prompt_logprobs)
