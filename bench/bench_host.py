@@ -1,6 +1,7 @@
 """Host time per engine step with a no-op model (issue 21): what the CPU spends around the GPU.
 
-    python bench/bench_host.py [--running 1 64 256] [--steps 200] [--vocab 256] [--gc-freeze] [--json FILE]
+    python bench/bench_host.py [--running 1 64 256] [--steps 200] [--vocab 256] [--gc-freeze] [--cpu-clock]
+                               [--json FILE]
 
 The real scheduler, the real model runner (its host part: input batch, block tables, metadata, the
 sampler) and the real output processor, around a model that does nothing: `forward` returns a
@@ -54,7 +55,8 @@ def build(num_running: int, vocab: int, prompt_len: int, max_tokens: int, block_
     return EngineCore(scheduler, runner), OutputProcessor(None)
 
 
-def measure(num_running: int, steps: int, vocab: int, gc_freeze: bool, prompt_len: int = 32) -> dict:
+def measure(num_running: int, steps: int, vocab: int, gc_freeze: bool, cpu_clock: bool = False,
+            prompt_len: int = 32) -> dict:
     core, processor = build(num_running, vocab, prompt_len, max_tokens=steps + 64)
     sp = SamplingParams(temperature=0, max_tokens=steps + 64, ignore_eos=True)
     for i in range(num_running):
@@ -69,7 +71,7 @@ def measure(num_running: int, steps: int, vocab: int, gc_freeze: bool, prompt_le
     gc.collect()
     if gc_freeze: gc.freeze()
     times = {p: [] for p in PHASES}
-    clock = time.perf_counter
+    clock = time.thread_time if cpu_clock else time.perf_counter
     for _ in range(steps):
         t0 = clock(); so = sched.schedule()
         t1 = clock(); mro = runner.execute_model(so)
@@ -93,18 +95,22 @@ def main(argv=None):
     p.add_argument("--vocab", type=int, default=256, help="logit columns the sampler reads")
     p.add_argument("--gc-freeze", action="store_true", help="gc.freeze() after start-up (as vLLM)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (the host side of a GPU run: 1)")
+    p.add_argument("--cpu-clock", action="store_true",
+                   help="time with this thread's CPU clock (time.thread_time): on a loaded machine, the work "
+                        "without the waits for a core (wall clock by default)")
     p.add_argument("--json", help="also write the results here")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
-    print(f"host ms per synchronous decode step, no-op model, vocab {args.vocab}, mean of {args.steps} steps"
-          f"{', gc frozen' if args.gc_freeze else ''}")
+    print(f"host ms per synchronous decode step, no-op model, vocab {args.vocab}, mean of {args.steps} steps, "
+          f"{'CPU' if args.cpu_clock else 'wall'} clock{', gc frozen' if args.gc_freeze else ''}")
     print(f"{'running':>8} " + " ".join(f"{p:>9}" for p in (*PHASES, "total", "median")))
     out = {}
     for n in args.running:
-        r = measure(n, args.steps, args.vocab, args.gc_freeze)
+        r = measure(n, args.steps, args.vocab, args.gc_freeze, args.cpu_clock)
         out[n] = r
         print(f"{n:>8} " + " ".join(f"{r[p]:>9.3f}" for p in (*PHASES, "total", "median_total")), flush=True)
-    if args.json: Path(args.json).write_text(json.dumps({"gc_freeze": args.gc_freeze, "ms_per_step": out}, indent=1))
+    if args.json: Path(args.json).write_text(json.dumps({"gc_freeze": args.gc_freeze, "cpu_clock": args.cpu_clock,
+                                                         "ms_per_step": out}, indent=1))
     return out
 
 

@@ -117,3 +117,25 @@ def test_verify_names_every_missing_path(gc):
     for what in ("stage k", "stage b exited", "bf16 64-sequence", "Triton backend", "KV-cache profiling",
                  "worked examples", "pytest"):
         assert what in text, (what, text)
+
+
+SPILL = """
+import importlib.util, json, sys
+spec = importlib.util.spec_from_file_location("gpu_check", sys.argv[1])
+gc = importlib.util.module_from_spec(spec); spec.loader.exec_module(gc)
+sig = dict(out_ptr="*fp32", cu_q_ptr="*i32", acc_ptr="*fp32", m_ptr="*fp32", l_ptr="*fp32", num_heads="i32")
+r = gc.compile_sm90(gc.helper("_reduce_segments_kernel"), sig, dict(HEAD_DIM=128, HEAD_PAD=128, NUM_SEGMENTS=64), 1)
+print(json.dumps({"r": r, "failures": gc.failures({"items": {"compile/fp32/d128/reduce": {"status": "ok", **r}}})}))
+"""
+
+
+def test_a_spilling_kernel_fails_stage_k():
+    "The sm_90 check can fail: the reduce kernel with 64 segments of 128 on one warp spills (stage k then exits 1)."
+    import os, subprocess, sys
+    pytest.importorskip("triton.backends.nvidia.compiler")
+    env = {**os.environ, "TRITON_INTERPRET": "0"}             # compiled, not interpreted (as stage k runs)
+    p = subprocess.run([sys.executable, "-c", SPILL, str(ROOT / "bench" / "gpu_check.py")], env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out["r"]["spilled_bytes"] > 0 and out["r"]["pass"] is False and out["failures"]
