@@ -248,3 +248,29 @@ def test_frozen_engine_is_noticed(tiny_path, keep_alive):
                     try: httpx.get(f"{url}/health", timeout=1); return False
                     except httpx.TransportError: return True
                 assert _wait_for(down, 10)
+
+
+def test_serve_exits_when_the_engine_dies(tiny_path):
+    "`serve` (what `minivllm serve` runs) stops with status 1 and one clear log line once its engine dies."
+    import socket, subprocess, sys
+    psutil = pytest.importorskip("psutil")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
+    code = (f"from minivllm.entrypoints.openai.api_server import serve; serve({str(tiny_path)!r}, port={port}, "
+            "num_threads=1, num_gpu_blocks=64, max_model_len=256)")
+    server = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        def up():
+            try: return httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200
+            except httpx.TransportError: return False
+        assert _wait_for(up, 300), "the server did not start"
+        engines = [p for p in psutil.Process(server.pid).children()
+                   if "resource_tracker" not in " ".join(p.cmdline())]
+        assert len(engines) == 1, engines
+        engines[0].kill()
+        out, _ = server.communicate(timeout=30)
+    finally:
+        if server.poll() is None: server.kill()
+    assert server.returncode == 1, out[-2000:]
+    assert "engine dead (engine process exited with code -9); shutting the server down" in out, out[-2000:]
+    assert "the engine died, so the server stopped" in out
