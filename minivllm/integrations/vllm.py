@@ -48,7 +48,7 @@ class TimelineWriter:
         "Flush and close the file (vLLM's `Scheduler.shutdown` calls it)."
         if self._file: self._file.close(); self._file = None
 
-# %% ../../nbs/26_vllm_integration.ipynb #237d0439
+# %% ../../nbs/26_vllm_integration.ipynb #bb053f35
 def _settings(s) -> dict:
     "A vLLM scheduler's settings, under the names of minivllm's `TimelineRecorder.settings`."
     sc, cc = s.scheduler_config, s.cache_config
@@ -66,14 +66,14 @@ def _start(self: TimelineWriter, s) -> None:
     "Open the file, write the header line, read the pool once (the first step calls it)."
     import vllm
     self.path.parent.mkdir(parents=True, exist_ok=True)
-    self._file = open(self.path, "w", buffering=1 << 16)
+    self._file = open(self.path, "wb", buffering=1 << 16)
     self._pool, self._bs = s.kv_cache_manager.block_pool, s.block_size
     self._caching, self._t0 = bool(s.cache_config.enable_prefix_caching), time.perf_counter()
     header = dict(format=FORMAT, vllm_version=vllm.__version__, scheduler=type(s).__name__,
                   token_budget=s.max_num_scheduled_tokens, settings=_settings(s),
                   async_scheduling=bool(getattr(s.scheduler_config, "async_scheduling", False)),
                   started=time.time())
-    self._file.write(json.dumps(header) + "\n")
+    self._file.write(json.dumps(header).encode() + b"\n")
     self._rescan()
 
 # %% ../../nbs/26_vllm_integration.ipynb #4609017d
@@ -104,14 +104,19 @@ def _apply(self: TimelineWriter, touched: list[int]) -> int:
         hashes[b], free[b] = h, f
     return evicted
 
-# %% ../../nbs/26_vllm_integration.ipynb #87cbc7e4
-_encode = json.JSONEncoder(separators=(",", ":")).encode   # one encoder: cheaper per line
+# %% ../../nbs/26_vllm_integration.ipynb #4b54e09d
+try:                     # msgspec (a dependency of vLLM's) writes a line ten times faster than json
+    import msgspec
+    _encode = msgspec.json.Encoder().encode
+except ImportError:
+    _json = json.JSONEncoder(separators=(",", ":")).encode
+    def _encode(rec: dict) -> bytes: return _json(rec).encode()
 
 def _compact(values: list):
     "A list of counts, or the one number when all are 1 (most decode steps)."
     return 1 if values.count(1) == len(values) else values
 
-# %% ../../nbs/26_vllm_integration.ipynb #e3bda16d
+# %% ../../nbs/26_vllm_integration.ipynb #9b04b7f8
 @patch
 def record(self: TimelineWriter, s, so, mro, outputs: dict) -> dict:
     "Append the line of the step `so` (a `SchedulerOutput`) that `update_from_output` finished."
@@ -139,7 +144,7 @@ def record(self: TimelineWriter, s, so, mro, outputs: dict) -> dict:
     rec["num_running"], rec["num_ended"] = len(s.running), len(ended)
     rec["kv"] = [pool.get_num_free_blocks(), self._num_cached_free, self._num_hashed, evicted,
                  self._released]
-    self._file.write(_encode(rec) + "\n")
+    self._file.write(_encode(rec) + b"\n")
     self.next_step += 1
     self.seconds += time.perf_counter() - t
     return rec
@@ -165,7 +170,7 @@ def _columns(self: TimelineWriter, rec: dict, c, mro, req_ids: list, grants: lis
                       n_sampled=n_sampled)
     return steady
 
-# %% ../../nbs/26_vllm_integration.ipynb #919150ad
+# %% ../../nbs/26_vllm_integration.ipynb #b0427057
 @patch
 def _follow_tables(self: TimelineWriter, rec: dict, s, so, mro, steady: bool) -> list[int]:
     "Follow the block tables from what was sent; the blocks whose state may have changed."
@@ -179,15 +184,20 @@ def _follow_tables(self: TimelineWriter, rec: dict, s, so, mro, steady: bool) ->
         if r is not None and r.num_preemptions:    # vLLM's V2 runner sends resumed ones here
             n = self._last["n_sampled"][mro.req_id_to_index[rid]]
             new_reqs[rid].append(r.num_output_tokens - n)
-    cids, nct = c.req_ids, c.num_computed_tokens
-    for i in compress(range(len(cids)), c.new_block_ids):      # requests given new blocks
-        rid, ids = cids[i], c.new_block_ids[i][0]
+    cids, nct, sent = c.req_ids, c.num_computed_tokens, c.new_block_ids
+    resumed_ids = c.resumed_req_ids
+    for i in compress(range(len(cids)), sent):                 # requests given new blocks
+        rid, ids = cids[i], sent[i][0]
         touched += ids
-        if rid in c.resumed_req_ids: live[rid] = resumed[rid] = ids
-        elif ids: live.setdefault(rid, []).extend(ids); new_blocks[rid] = ids
+        if rid in resumed_ids: live[rid] = resumed[rid] = ids
+        elif ids: live[rid].extend(ids); new_blocks[rid] = ids
     if self._caching and cids:                                 # blocks a grant filled
-        for i in self._filled(rec, nct, None if steady else [grants[r] for r in cids]):
-            touched += live.get(cids[i], [])[nct[i] // bs:(nct[i] + grants[cids[i]]) // bs]
+        filled = self._filled(rec, nct, None if steady else [grants[r] for r in cids])
+        if steady and rec["num_scheduled_tokens"] == 1:        # decode: one block each
+            touched += [live[cids[i]][nct[i] // bs] for i in filled]
+        else:
+            for i in filled:
+                touched += live[cids[i]][nct[i] // bs:(nct[i] + grants[cids[i]]) // bs]
     for k, v in (("new_reqs", new_reqs), ("resumed", resumed), ("new_block_ids", new_blocks)):
         if v: rec[k] = v
     return touched

@@ -62,7 +62,14 @@ class TimelineWriter:
 def _settings(s) -> dict:
     """A vLLM scheduler's settings, under the names of minivllm's `TimelineRecorder.settings`."""
     ...
-_encode = json.JSONEncoder(separators=(',', ':')).encode
+try:
+    import msgspec
+    _encode = msgspec.json.Encoder().encode
+except ImportError:
+    _json = json.JSONEncoder(separators=(',', ':')).encode
+
+    def _encode(rec: dict) -> bytes:
+        ...
 
 def _compact(values: list):
     """A list of counts, or the one number when all are 1 (most decode steps)."""
