@@ -98,3 +98,12 @@ def test_known_difference_e10_self_victim():
     assert ours["steps"][k]["preempted_req_ids"] == ref["steps"][k]["preempted_req_ids"] == ["X"]
     assert list(ours["steps"][k]["num_scheduled_tokens"]) == ["H"]
     assert list(ref["steps"][k]["num_scheduled_tokens"]) == ["H", "Y"]
+
+
+def test_known_difference_stop_token_before_min_tokens():
+    "A stop token returned before min_tokens: vLLM 0.33's check_stop stops; minivllm waits for min_tokens."
+    workload, ref = load(GOLDEN / "known_differences" / "stop_before_min_tokens.json")
+    ours = run_workload(workload)
+    assert ref["requests"]["A"]["finish"] == {"step": 1, "reason": "stop"}
+    assert ours["requests"]["A"]["finish"] == {"step": 4, "reason": "stop"}
+    assert decisions(ours)[:1] == decisions(ref)[:1]
