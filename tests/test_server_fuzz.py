@@ -4,7 +4,7 @@ not, both endpoints -- and sends them in concurrent batches to a live server on 
 
 The properties: every answer is a 200 (a stream that ends with [DONE] and carries no error) or a 4xx whose
 JSON error names a field of the request; never a 500, never a hang. After every batch nothing is left in
-flight and every KV block is free; every few batches a normal greedy request gives the same tokens as before.
+flight, every KV block is free, and a normal greedy request gives the same tokens as before.
 Derandomized (a fixed sequence of examples, no example database), so CI sees the same requests every run.
 The model is a tiny random Llama with SmolLM2's tokenizer and chat template (a 49152-token vocabulary), so
 text prompts, chat templates, stop strings and detokenization are all reached."""
@@ -151,7 +151,6 @@ def test_fuzz_requests(server):
     _, url = server
     reference = greedy(url)
     assert len(reference) == 8
-    batches = {"count": 0}
 
     @settings(max_examples=NUM_BATCHES, derandomize=True, database=None, deadline=None,
               phases=[Phase.generate], print_blob=True,
@@ -167,8 +166,7 @@ def test_fuzz_requests(server):
             sent["status"][status] = sent["status"].get(status, 0) + 1
         sent["requests"] += len(requests)
         assert_idle(url)
-        batches["count"] += 1
-        if batches["count"] % 10 == 0: assert greedy(url) == reference
+        assert greedy(url) == reference   # the batch changed nothing for the next client
 
     batch()
     assert greedy(url) == reference
