@@ -1,6 +1,7 @@
-"""The fused Triton RMSNorm and RoPE (with Qwen3's q/k norms) against the torch path, under the interpreter on a CPU
-(natively on a GPU); the ops a decode step dispatches per decoder layer on the triton path; every kernel
-configuration compiled for sm_90 without spills."""
+"""The fused Triton RMSNorm and RoPE (with Qwen3's q/k norms) against the torch path, under the
+interpreter on a CPU (natively on a GPU); the ops a decode step dispatches per decoder layer on the
+triton path; every kernel configuration compiled for sm_90 without spills."""
+
 import os
 
 import pytest
@@ -11,26 +12,41 @@ if not torch.cuda.is_available():
 
 from minivllm.attention.backends.triton_attn import make_attn_metadata
 from minivllm.model_executor.model_loader import load_model
-from minivllm.model_executor.models.llama import (LlamaAttention, LlamaModel, RMSNorm, RotaryEmbedding,
-    apply_rope, make_kv_caches, rms_norm_triton, rope_triton)
+from minivllm.model_executor.models.llama import (
+    LlamaAttention,
+    LlamaModel,
+    RMSNorm,
+    RotaryEmbedding,
+    apply_rope,
+    make_kv_caches,
+    rms_norm_triton,
+    rope_triton,
+)
 from minivllm.testing.op_count import ops_per_layer
 from minivllm.testing.tiny_models import TINY_CONFIG, make_tiny_model
 
 CUDA = torch.cuda.is_available()
 DEV = "cuda" if CUDA else "cpu"
-TOL = {torch.float32: 1e-5, torch.bfloat16: 2e-2}   # bf16: one or two bf16 steps (the interpreter truncates)
+TOL = {
+    torch.float32: 1e-5,
+    torch.bfloat16: 2e-2,
+}  # bf16: one or two bf16 steps (the interpreter truncates)
 
 
 def close(got, want, dtype):
     scale = max(1.0, want.float().abs().max().item())
-    torch.testing.assert_close(got.float().cpu(), want.float().cpu(), atol=TOL[dtype] * scale, rtol=TOL[dtype])
+    torch.testing.assert_close(
+        got.float().cpu(), want.float().cpu(), atol=TOL[dtype] * scale, rtol=TOL[dtype]
+    )
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     root = tmp_path_factory.mktemp("fused")
-    return {arch: make_tiny_model(root / arch, arch=arch, seed=i)
-            for i, arch in enumerate(("LlamaForCausalLM", "Qwen3ForCausalLM"))}
+    return {
+        arch: make_tiny_model(root / arch, arch=arch, seed=i)
+        for i, arch in enumerate(("LlamaForCausalLM", "Qwen3ForCausalLM"))
+    }
 
 
 # ---------------------------------------------------------------- RMSNorm
@@ -42,13 +58,17 @@ def test_rms_norm_kernel_matches_torch(dtype, size):
     norm.weight.copy_(torch.randn(size, generator=g))
     norm = norm.to(DEV, dtype)
     wide = (torch.randn(6, size + 32, generator=g) * 4).to(DEV, dtype)
-    x, r = wide[:, :size], (torch.randn(6, size, generator=g) * 4).to(DEV, dtype)   # x: rows with a stride
+    x, r = wide[:, :size], (torch.randn(6, size, generator=g) * 4).to(
+        DEV, dtype
+    )  # x: rows with a stride
     with torch.no_grad():
         close(rms_norm_triton(x, norm.weight, norm.eps), norm.forward_native(x), dtype)
         want, want_sum = norm.forward_native(x, r)
         x2, r2 = x.clone(), r.clone()
         got, got_sum = rms_norm_triton(x2, norm.weight, norm.eps, r2)
-    assert got.data_ptr() == x2.data_ptr() and got_sum.data_ptr() == r2.data_ptr()    # in place, as vLLM's
+    assert (
+        got.data_ptr() == x2.data_ptr() and got_sum.data_ptr() == r2.data_ptr()
+    )  # in place, as vLLM's
     close(got, want, dtype)
     close(got_sum, want_sum, dtype)
 
@@ -59,7 +79,8 @@ def test_rms_norm_module_dispatches_on_use_triton():
     want = norm(x.clone(), r.clone())
     norm.use_triton = True
     got = norm(x.clone(), r.clone())
-    for a, b in zip(got, want): close(a, b, torch.float32)
+    for a, b in zip(got, want):
+        close(a, b, torch.float32)
     assert torch.equal(x, x) and norm(torch.zeros(0, 64, device=DEV)).shape == (0, 64)
 
 
@@ -75,23 +96,31 @@ def test_rope_kernel_matches_torch(dtype, qk_norm, hq, hkv, d):
     qkv = (torch.randn(n, (hq + 2 * hkv) * d, generator=g) * 3).to(DEV, dtype)
     positions = torch.randint(0, cfg.max_position_embeddings, (n,), generator=g).to(DEV)
     norms = [RMSNorm(d, 1e-6).requires_grad_(False) for _ in range(2)]
-    for m in norms: m.weight.copy_(torch.randn(d, generator=g)); m.to(DEV, dtype)
-    qk = qkv[:, :(hq + hkv) * d].view(n, hq + hkv, d)                   # a view into the projection
+    for m in norms:
+        m.weight.copy_(torch.randn(d, generator=g))
+        m.to(DEV, dtype)
+    qk = qkv[:, : (hq + hkv) * d].view(n, hq + hkv, d)  # a view into the projection
     with torch.no_grad():
         x = torch.cat((norms[0](qk[:, :hq]), norms[1](qk[:, hq:])), 1) if qk_norm else qk
         want = apply_rope(x, *rope(positions))
-        v_before = qkv[:, (hq + hkv) * d:].clone()
+        v_before = qkv[:, (hq + hkv) * d :].clone()
         weights = (norms[0].weight, norms[1].weight, 1e-6) if qk_norm else ()
         got = rope_triton(qk, positions, rope.cos_sin_cache, hq, *weights)
     assert got.data_ptr() == qkv.data_ptr()
     close(got, want, dtype)
-    assert torch.equal(qkv[:, (hq + hkv) * d:], v_before)                  # V untouched
+    assert torch.equal(qkv[:, (hq + hkv) * d :], v_before)  # V untouched
 
 
 def make_config(head_dim):
     from transformers import LlamaConfig
-    return LlamaConfig(hidden_size=4 * head_dim, num_attention_heads=4, head_dim=head_dim, max_position_embeddings=256,
-                       rope_theta=10000.0)
+
+    return LlamaConfig(
+        hidden_size=4 * head_dim,
+        num_attention_heads=4,
+        head_dim=head_dim,
+        max_position_embeddings=256,
+        rope_theta=10000.0,
+    )
 
 
 # ---------------------------------------------------------------- the whole model, and the op count
@@ -104,13 +133,14 @@ def decode_step(model, context=(5, 17, 30, 3)):
 
 def set_fused(model, on):
     for m in model.modules():
-        if hasattr(m, "use_triton"): m.use_triton = on
+        if hasattr(m, "use_triton"):
+            m.use_triton = on
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("arch", ["LlamaForCausalLM", "Qwen3ForCausalLM"])
 def test_decode_step_dispatches_at_most_15_ops_per_layer(tiny, arch, dtype):
-    "On the triton path a decode step's decoder layer is at most 15 ops (aten ops that compute + Triton launches)."
+    "On the triton path a decoder layer of a decode step is at most 15 ops (aten ops + launches)."
     model = load_model(tiny[arch], dtype=dtype, attn_backend="triton", device=DEV)
     assert model.model.use_triton and model.model.layers[0].input_layernorm.use_triton
     counts = ops_per_layer(model, *decode_step(model))
@@ -119,7 +149,7 @@ def test_decode_step_dispatches_at_most_15_ops_per_layer(tiny, arch, dtype):
         assert sum(c.values()) <= 15, dict(c)
         assert c["triton:_rms_norm_kernel"] == 2 and c["triton:_rope_kernel"] == 1, dict(c)
         assert not {"aten.cat", "aten.pow", "aten.rsqrt", "aten.mean"} & set(c), dict(c)
-    set_fused(model, False)                                   # the torch norms and RoPE: the counter sees them
+    set_fused(model, False)  # the torch norms and RoPE: the counter sees them
     assert min(sum(c.values()) for c in ops_per_layer(model, *decode_step(model))) > 25
 
 
@@ -130,7 +160,7 @@ def test_torch_backend_keeps_the_torch_path(tiny):
 
 @pytest.mark.parametrize("arch", ["LlamaForCausalLM", "Qwen3ForCausalLM"])
 def test_fused_triton_model_matches_torch_backend(tiny, arch):
-    "Prefill and decode logits, fp32, through the fused kernels and the Triton attention = the torch backend's."
+    "Prefill and decode logits, fp32, through the fused kernels and Triton attention = torch's."
     outs = []
     for backend in ("torch", "triton"):
         model = load_model(tiny[arch], attn_backend=backend, device=DEV)
@@ -140,7 +170,9 @@ def test_fused_triton_model_matches_torch_backend(tiny, arch):
         with torch.no_grad():
             for done, n in ((0, 9), (9, 15), (24, 1)):
                 positions, md = make_attn_metadata([[0, 5]], [done], [n], 16, device=DEV)
-                logits.append(model.compute_logits(model(ids[done:done + n].to(DEV), positions, md)).cpu())
+                logits.append(
+                    model.compute_logits(model(ids[done : done + n].to(DEV), positions, md)).cpu()
+                )
         outs.append(torch.cat(logits))
     torch.testing.assert_close(outs[1], outs[0], atol=1e-4, rtol=1e-4)
     assert torch.equal(outs[1].argmax(-1), outs[0].argmax(-1))
@@ -160,9 +192,11 @@ TARGET = GPUTarget("cuda", 90, 32)
 def spills(kernel, sig, cx):
     sig = {**sig, **{s: "i32" for s in kernel.arg_names if s.startswith("stride")},
            **{k: "constexpr" for k in cx}}
-    k = triton.compile(ASTSource(kernel, sig, constexprs=cx), target=TARGET, options={"num_warps": 4})
+    k = triton.compile(ASTSource(kernel, sig, constexprs=cx), target=TARGET,
+                       options={"num_warps": 4})
     with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f: f.write(k.asm["ptx"])
-    r = subprocess.run([PTXAS, "-arch=sm_90a", "-v", f.name, "-o", os.devnull], capture_output=True, text=True)
+    r = subprocess.run([PTXAS, "-arch=sm_90a", "-v", f.name, "-o", os.devnull],
+                       capture_output=True, text=True)
     m = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", r.stderr)
     assert r.returncode == 0 and m, r.stderr[-2000:]
     return int(m[1]) + int(m[2])
@@ -171,15 +205,19 @@ bad, n = [], 0
 for dt in ["fp32", "bf16", "fp16"]:
     for size in [576, 896, 1024, 2048, 4096, 8192]:   # SmolLM2, Qwen2/3 and Llama hidden sizes
         for res in (False, True):
-            sig = dict(x_ptr=f"*{dt}", residual_ptr=f"*{dt}", weight_ptr=f"*{dt}", out_ptr=f"*{dt}", eps="fp32")
-            s = spills(L._rms_norm_kernel, sig, dict(N=size, BLOCK=triton.next_power_of_2(size), HAS_RESIDUAL=res))
+            sig = dict(x_ptr=f"*{dt}", residual_ptr=f"*{dt}", weight_ptr=f"*{dt}",
+                       out_ptr=f"*{dt}", eps="fp32")
+            cx = dict(N=size, BLOCK=triton.next_power_of_2(size), HAS_RESIDUAL=res)
+            s = spills(L._rms_norm_kernel, sig, cx)
             n += 1
             if s: bad.append(("rms_norm", dt, size, res, s))
     for d in [64, 128, 256]:
         for qk_norm in (False, True):
-            sig = dict(qk_ptr=f"*{dt}", positions_ptr="*i64", cache_ptr=f"*{dt}", q_weight_ptr=f"*{dt}",
+            sig = dict(qk_ptr=f"*{dt}", positions_ptr="*i64", cache_ptr=f"*{dt}",
+                       q_weight_ptr=f"*{dt}",
                        k_weight_ptr=f"*{dt}", eps="fp32")
-            s = spills(L._rope_kernel, sig, dict(NUM_Q_HEADS=16, HALF=d // 2, HALF_PAD=d // 2, QK_NORM=qk_norm))
+            cx = dict(NUM_Q_HEADS=16, HALF=d // 2, HALF_PAD=d // 2, QK_NORM=qk_norm)
+            s = spills(L._rope_kernel, sig, cx)
             n += 1
             if s: bad.append(("rope", dt, d, qk_norm, s))
 print("compiled", n, "spilled:", bad)
@@ -189,11 +227,14 @@ print("compiled", n, "spilled:", bad)
 @pytest.mark.skipif(CUDA, reason="on a GPU the tests above compile and run the kernels natively")
 def test_fused_kernels_compile_for_sm90_without_spills():
     import subprocess, sys
+
     try:
         from triton.backends.nvidia.compiler import CUDABackend  # noqa: F401
     except Exception:
         pytest.skip("triton's CUDA backend is not installed")
-    r = subprocess.run([sys.executable, "-c", COMPILE_SCRIPT], capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [sys.executable, "-c", COMPILE_SCRIPT], capture_output=True, text=True, timeout=600
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert "spilled: []" in r.stdout, r.stdout[-3000:]
     assert "compiled 54" in r.stdout, r.stdout[-3000:]
