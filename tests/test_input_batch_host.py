@@ -1,5 +1,5 @@
-"""The input batch's whole-batch host work (issue 21, item 5): `bookkeeping_sync` and `update_states`
-written with numpy give what the per-row methods give."""
+"""The input batch's whole-batch host work (issue 21, item 5): `bookkeeping_sync` and
+`update_states` written with numpy give what the per-row methods give."""
 import numpy as np
 import pytest
 
