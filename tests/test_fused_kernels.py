@@ -81,7 +81,7 @@ def test_rms_norm_module_dispatches_on_use_triton():
     got = norm(x.clone(), r.clone())
     for a, b in zip(got, want):
         close(a, b, torch.float32)
-    assert torch.equal(x, x) and norm(torch.zeros(0, 64, device=DEV)).shape == (0, 64)
+    assert norm(torch.zeros(0, 64, device=DEV)).shape == (0, 64)   # an empty step
 
 
 # ---------------------------------------------------------------- RoPE (+ q/k norm)
