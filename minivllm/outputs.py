@@ -2,20 +2,15 @@
 
 # %% ../nbs/20_output_processor.ipynb #00d03774
 from __future__ import annotations
-import enum
 from dataclasses import dataclass
 from .core.sched.output import Logprob
+from .sampling_params import RequestOutputKind   # vLLM keeps it beside SamplingParams
+from .metrics.stats import RequestStateStats
 
 # %% auto #0
-__all__ = ['RequestOutputKind', 'CompletionOutput', 'RequestOutput']
+__all__ = ['CompletionOutput', 'RequestOutput']
 
 # %% ../nbs/20_output_processor.ipynb #bd029459
-class RequestOutputKind(enum.Enum):
-    "When a request reports: all so far or only what is new at every step, or once at the end."
-    CUMULATIVE = 0
-    DELTA = 1
-    FINAL_ONLY = 2
-
 @dataclass
 class CompletionOutput:
     "One generated sequence of a request (vLLM's `CompletionOutput`)."
@@ -40,4 +35,5 @@ class RequestOutput:
     prompt_logprobs: list[dict[int, Logprob] | None] | None
     outputs: list[CompletionOutput]
     finished: bool = False
+    metrics: RequestStateStats | None = None
     num_cached_tokens: int = 0

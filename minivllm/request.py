@@ -75,6 +75,7 @@ class Request:
         self.status = RequestStatus.WAITING
         self.stop_reason: int | str | None = None
         self.num_preemptions = 0
+        self.scheduled_ts = 0.0   # time.monotonic() of its first scheduled step (EngineCore)
         # vLLM's flag: positions served from the prefix cache produce no logits, so a request that
         # wants prompt logprobs computes its whole prompt instead of reading cached blocks.
         self.skip_reading_prefix_cache = self.sampling_params.prompt_logprobs is not None

@@ -2,14 +2,24 @@
 
 # %% ../nbs/00_request.ipynb #1a05665c
 from __future__ import annotations
-from dataclasses import dataclass
+import enum, math
+from dataclasses import dataclass, field, fields
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['SamplingParams']
+__all__ = ['MAX_N_SEQUENCES', 'MAX_NUM_BAD_WORDS', 'RequestOutputKind', 'SamplingParams']
 
 # %% ../nbs/00_request.ipynb #913332c6
-_GREEDY_EPS = 1e-5
+_GREEDY_EPS = 1e-5     # vLLM's _SAMPLING_EPS: below it, sampling is greedy
+_MIN_TEMP = 1e-2       # vLLM's _MAX_TEMP: a smaller positive temperature is raised to it
+MAX_N_SEQUENCES = 16384   # vLLM's VLLM_MAX_N_SEQUENCES default
+MAX_NUM_BAD_WORDS = 128   # vLLM's VLLM_MAX_NUM_BAD_WORDS default
+
+class RequestOutputKind(enum.Enum):
+    "When a request reports: all so far or only what is new at every step, or once at the end."
+    CUMULATIVE = 0
+    DELTA = 1
+    FINAL_ONLY = 2
 
 @dataclass
 class SamplingParams:
@@ -26,25 +36,42 @@ class SamplingParams:
     stop: str | list[str] | None = None
     stop_token_ids: list[int] | None = None
     ignore_eos: bool = False
-    max_tokens: int = 16
+    max_tokens: int | None = 16
     min_tokens: int = 0
     logprobs: int | None = None
     prompt_logprobs: int | None = None
     skip_special_tokens: bool = True
     include_stop_str_in_output: bool = False
+    output_kind: RequestOutputKind = RequestOutputKind.CUMULATIVE
+    logit_bias: dict[int, float] | None = None
+    allowed_token_ids: list[int] | None = None
+    bad_words: list[str] | None = None
+    _bad_words_token_ids: list[list[int]] | None = field(default=None, repr=False)
 
     def __post_init__(self):
+        if isinstance(self.temperature, (int, float)) and 0 < self.temperature < _MIN_TEMP:
+            self.temperature = _MIN_TEMP
+        if self.seed == -1: self.seed = None                 # vLLM: -1 means random, like None
+        if self.top_k == -1: self.top_k = 0                  # vLLM accepts -1 and 0 for "no top-k"
+        if self.logprobs is True: self.logprobs = 1
+        if self.prompt_logprobs is True: self.prompt_logprobs = 1
         self.stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
-        self.stop_token_ids = list(self.stop_token_ids or [])
-        if self.top_k == -1: self.top_k = 0      # vLLM accepts -1 and 0 for "no top-k"
-        for name, ok, rule in self._checks():
-            if not ok:
-                raise ValueError(f"SamplingParams.{name} {rule}, got {getattr(self, name)!r}")
-        if self.n > 1 and self.is_greedy:
-            raise ValueError(f"n must be 1 when using greedy sampling, got {self.n}")
+        self.stop_token_ids = list(dict.fromkeys(self.stop_token_ids or []))
+        self.bad_words = list(dict.fromkeys(self.bad_words or []))
+        if isinstance(self.logit_bias, dict):
+            self.logit_bias = {_as_token_id(k): v for k, v in self.logit_bias.items()}
+        self._verify_args()
+        if self.is_greedy:      # vLLM: greedy ignores the truncations
+            self.top_p, self.top_k, self.min_p = 1.0, 0, 0.0
+            if self.n > 1: raise ValueError(f"n must be 1 when using greedy sampling, got {self.n}")
 
 # %% ../nbs/00_request.ipynb #e8d93fa1
 def _is_int(x) -> bool: return isinstance(x, int) and not isinstance(x, bool)
+def _is_num(x) -> bool: return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+def _as_token_id(k):
+    "A `logit_bias` key as an int (JSON keys are strings: `{\"1234\": -100}`)."
+    return int(k) if isinstance(k, str) and k.strip().lstrip("-").isdigit() else k
 
 def _num_logprobs_ok(k) -> bool:
     "None, or a count >= 0 (vLLM's -1, 'the whole vocabulary', is refused: say a number)."
@@ -52,30 +79,106 @@ def _num_logprobs_ok(k) -> bool:
 
 @patch
 def _checks(self: SamplingParams):
-    "(field, holds, rule) triples validated at construction, with vLLM's bounds."
+    "(field, test, rule) triples validated at construction, with vLLM 0.33's bounds."
+    num = _is_num
     return [
-        ("n", _is_int(self.n) and self.n >= 1, "must be an int >= 1"),
-        ("presence_penalty", -2 <= self.presence_penalty <= 2, "must be in [-2, 2]"),
-        ("frequency_penalty", -2 <= self.frequency_penalty <= 2, "must be in [-2, 2]"),
-        ("repetition_penalty", self.repetition_penalty > 0, "must be > 0"),
-        ("temperature", self.temperature >= 0, "must be >= 0"),
-        ("top_p", 0 < self.top_p <= 1, "must be in (0, 1]"),
-        ("top_k", _is_int(self.top_k) and self.top_k >= 0, "must be 0 or -1 (disable), or >= 1"),
-        ("min_p", 0 <= self.min_p <= 1, "must be in [0, 1]"),
-        ("seed", self.seed is None or _is_int(self.seed), "must be None or an int"),
-        ("stop", all(isinstance(s, str) and s for s in self.stop), "must be non-empty strings"),
-        ("stop_token_ids", all(_is_int(t) and t >= 0 for t in self.stop_token_ids),
+        ("n", lambda: _is_int(self.n) and 1 <= self.n <= MAX_N_SEQUENCES,
+         f"must be an int in [1, {MAX_N_SEQUENCES}]"),
+        ("presence_penalty", lambda: num(self.presence_penalty)
+         and -2 <= self.presence_penalty <= 2, "must be in [-2, 2]"),
+        ("frequency_penalty", lambda: num(self.frequency_penalty)
+         and -2 <= self.frequency_penalty <= 2, "must be in [-2, 2]"),
+        ("repetition_penalty", lambda: num(self.repetition_penalty)
+         and math.isfinite(self.repetition_penalty) and self.repetition_penalty > 0,
+         "must be a finite number > 0"),
+        ("temperature", lambda: num(self.temperature) and math.isfinite(self.temperature)
+         and 0 <= self.temperature <= 2, "must be a finite number in [0, 2]"),
+        ("top_p", lambda: num(self.top_p) and 0 < self.top_p <= 1, "must be in (0, 1]"),
+        ("top_k", lambda: _is_int(self.top_k) and self.top_k >= 0,
+         "must be an int: 0 or -1 (disable), or >= 1"),
+        ("min_p", lambda: num(self.min_p) and 0 <= self.min_p <= 1, "must be in [0, 1]"),
+        ("seed", lambda: self.seed is None or _is_int(self.seed), "must be None, -1 or an int"),
+        ("stop", lambda: all(isinstance(s, str) and s for s in self.stop),
+         "must be non-empty strings"),
+        ("stop_token_ids", lambda: all(_is_int(t) and t >= 0 for t in self.stop_token_ids),
          "must be non-negative ints"),
-        ("max_tokens", _is_int(self.max_tokens) and self.max_tokens >= 1, "must be an int >= 1"),
-        ("min_tokens", _is_int(self.min_tokens) and 0 <= self.min_tokens <= self.max_tokens,
-         "must be in [0, max_tokens]"),
-        ("logprobs", _num_logprobs_ok(self.logprobs),
+        ("max_tokens", lambda: self.max_tokens is None
+         or (_is_int(self.max_tokens) and self.max_tokens >= 1), "must be None or an int >= 1"),
+        ("min_tokens", lambda: _is_int(self.min_tokens) and self.min_tokens >= 0
+         and (self.max_tokens is None or self.min_tokens <= self.max_tokens),
+         "must be an int in [0, max_tokens]"),
+        ("logprobs", lambda: _num_logprobs_ok(self.logprobs),
          "must be None or an int >= 0 (-1, the whole vocabulary, is not supported)"),
-        ("prompt_logprobs", _num_logprobs_ok(self.prompt_logprobs),
+        ("prompt_logprobs", lambda: _num_logprobs_ok(self.prompt_logprobs),
          "must be None or an int >= 0 (-1, the whole vocabulary, is not supported)"),
+        ("output_kind", lambda: isinstance(self.output_kind, RequestOutputKind),
+         "must be a RequestOutputKind"),
+        ("logit_bias", lambda: self.logit_bias is None or (isinstance(self.logit_bias, dict)
+         and all(_is_int(k) and k >= 0 and num(v) and math.isfinite(v)
+                 for k, v in self.logit_bias.items())),
+         "must map token ids (ints >= 0) to finite numbers"),
+        ("allowed_token_ids", lambda: self.allowed_token_ids is None
+         or (len(self.allowed_token_ids) > 0
+             and all(_is_int(t) and t >= 0 for t in self.allowed_token_ids)),
+         "must be None or a non-empty list of token ids (ints >= 0)"),
+        ("bad_words", lambda: all(isinstance(w, str) and w for w in self.bad_words)
+         and len(self.bad_words) <= MAX_NUM_BAD_WORDS,
+         f"must be at most {MAX_NUM_BAD_WORDS} non-empty strings"),
     ]
+
+@patch
+def _verify_args(self: SamplingParams) -> None:
+    "Raise a `ValueError` that names the first field outside its bound (vLLM's `_verify_args`)."
+    for name, test, rule in self._checks():
+        try: ok = test()
+        except TypeError: ok = False        # a string where a number belongs, ...
+        if not ok: raise ValueError(f"SamplingParams.{name} {rule}, got {getattr(self, name)!r}")
 
 @patch(as_prop=True)
 def is_greedy(self: SamplingParams) -> bool:
     "True when the sampler takes the argmax (`temperature < 1e-5`)."
     return self.temperature < _GREEDY_EPS
+
+@patch(as_prop=True)
+def bad_words_token_ids(self: SamplingParams) -> list[list[int]] | None:
+    "`bad_words` as token-id sequences, once `update_from_tokenizer` has run (vLLM's name)."
+    return self._bad_words_token_ids
+
+# %% ../nbs/00_request.ipynb #aa4cd231
+@patch(cls_method=True)
+def from_optional(cls: SamplingParams, **kwargs) -> SamplingParams:
+    "Like the constructor, but `None` means the default (vLLM's `from_optional`)."
+    nullable = {"seed", "stop", "stop_token_ids", "max_tokens", "logprobs", "prompt_logprobs",
+                "logit_bias", "allowed_token_ids", "bad_words"}
+    defaults = {f.name: f.default for f in fields(cls)}
+    return cls(**{k: (defaults.get(k) if v is None and k not in nullable else v)
+                  for k, v in kwargs.items()})
+
+@patch
+def update_from_generation_config(self: SamplingParams, generation_config: dict,
+                                  eos_token_id: int | None = None) -> None:
+    "Add the model's extra EOS ids (`generation_config['eos_token_id']`) to `stop_token_ids`."
+    eos_ids = generation_config.get("eos_token_id")
+    if eos_ids is None or self.ignore_eos: return
+    eos_ids = {eos_ids} if isinstance(eos_ids, int) else set(eos_ids)
+    eos_ids.discard(eos_token_id)       # the primary EOS stops a request on its own
+    if eos_ids: self.stop_token_ids = list(dict.fromkeys([*self.stop_token_ids, *sorted(eos_ids)]))
+
+@patch
+def update_from_tokenizer(self: SamplingParams, tokenizer) -> None:
+    "Tokenize `bad_words`, with and without a leading space (vLLM's `update_from_tokenizer`)."
+    if not self.bad_words: return
+    ids: list[list[int]] = []
+    for word in self.bad_words:
+        for prefix in ("", " "):
+            toks = tokenizer.encode(prefix + word.lstrip(), add_special_tokens=False)
+            if not toks:
+                if not prefix: raise ValueError("SamplingParams.bad_words: each word must "
+                                                f"tokenize to at least one token, got {word!r}")
+                continue
+            if not prefix or (toks[0] != ids[-1][0] and len(toks) == len(ids[-1])):
+                ids.append(toks)
+    if len(ids) > MAX_NUM_BAD_WORDS:
+        raise ValueError(f"SamplingParams.bad_words: {len(ids)} token sequences after "
+                         f"tokenization; at most {MAX_NUM_BAD_WORDS}")
+    self._bad_words_token_ids = ids

@@ -255,6 +255,29 @@ def check_include_stop_str_in_output(llm, base):
     assert one(llm, PROMPT, greedy(16, stop=word, include_stop_str_in_output=True)).text.endswith(word)
 
 
+def check_logit_bias(llm, base):
+    out = one(llm, PROMPT, greedy(16, logit_bias={base.token_ids[0]: -100}))
+    assert out.token_ids[0] != base.token_ids[0]
+
+
+def check_allowed_token_ids(llm, base):
+    allowed = sorted(set(base.token_ids[:3]))
+    out = one(llm, PROMPT, greedy(6, allowed_token_ids=allowed))
+    assert set(out.token_ids) <= set(allowed) and out.token_ids[:1] == base.token_ids[:1]
+
+
+def check_bad_words(llm, base):
+    word = llm.get_tokenizer().decode(base.token_ids[:1]).strip()
+    out = one(llm, PROMPT, greedy(16, bad_words=[word]))
+    assert out.token_ids[0] != base.token_ids[0]
+
+
+def check_output_kind(llm, base):
+    "LLM reports once per request whatever the kind (vLLM's LLM sets FINAL_ONLY)."
+    for kind in RequestOutputKind:
+        assert one(llm, PROMPT, greedy(16, output_kind=kind)).text == base.text
+
+
 FIELD_CHECKS = {
     "n": check_n, "presence_penalty": changes_greedy(presence_penalty=2.0),
     "frequency_penalty": changes_greedy(frequency_penalty=2.0),
@@ -265,12 +288,14 @@ FIELD_CHECKS = {
     "logprobs": check_logprobs, "prompt_logprobs": check_prompt_logprobs,
     "skip_special_tokens": check_skip_special_tokens,
     "include_stop_str_in_output": check_include_stop_str_in_output,
+    "logit_bias": check_logit_bias, "allowed_token_ids": check_allowed_token_ids, "bad_words": check_bad_words,
+    "output_kind": check_output_kind,
 }
 
 
 def test_every_sampling_param_has_a_check():
     "A new SamplingParams field fails here until LLM is shown to honour it."
-    assert set(FIELD_CHECKS) == {f.name for f in dataclasses.fields(SamplingParams)}
+    assert set(FIELD_CHECKS) == {f.name for f in dataclasses.fields(SamplingParams) if not f.name.startswith("_")}
 
 
 @pytest.fixture(scope="module")
@@ -288,7 +313,7 @@ def test_llm_honours_sampling_param(smol, base, field):
     (dict(n=0), "n"), (dict(n=2, temperature=0), "greedy"), (dict(presence_penalty=3), "presence_penalty"),
     (dict(frequency_penalty=-3), "frequency_penalty"), (dict(repetition_penalty=0), "repetition_penalty"),
     (dict(min_p=1.5), "min_p"), (dict(logprobs=-1), "logprobs"), (dict(prompt_logprobs=-1), "prompt_logprobs"),
-    (dict(stop=[""]), "stop"), (dict(top_k=-2), "top_k")])
+    (dict(stop=[""]), "stop"), (dict(top_k=-2), "top_k"), (dict(temperature=2.5), "temperature")])
 def test_bad_sampling_params_raise_value_error(kwargs, message):
     with pytest.raises(ValueError, match=message): SamplingParams(**kwargs)
 
@@ -298,6 +323,7 @@ def test_values_the_engine_cannot_serve_raise_value_error(tiny):
     with pytest.raises(ValueError, match="vocabulary"): tiny.generate([[1, 2]], greedy(stop_token_ids=[vocab]))
     with pytest.raises(ValueError, match="logprobs"): tiny.generate([[1, 2]], greedy(logprobs=vocab + 1))
     with pytest.raises(TypeError): SamplingParams(best_of=2)      # unsupported vLLM parameters are not swallowed
+    with pytest.raises(TypeError): SamplingParams(structured_outputs={})
     with pytest.raises(TypeError): LLM(max_num_sequences=4)      # nor are unknown engine options
     assert not tiny.engine_core.scheduler.has_unfinished_requests()
 

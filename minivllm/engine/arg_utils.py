@@ -16,13 +16,16 @@ def _arg(default, help: str):
 class EngineArgs:
     "Every engine option, declared once: `LLM`, `AsyncLLM` and the CLI take these (vLLM's name)."
     model: str | None = _arg(None, "local Hugging Face model folder (default: embedded SmolLM2)")
+    tokenizer: str | None = _arg(None, "tokenizer folder (default: the model's)")
+    trust_remote_code: bool = _arg(False, "let the tokenizer run code from its folder")
     dtype: str = _arg("auto", "weights and KV cache dtype: auto, float32, bfloat16, float16")
     device: str = _arg("auto", "auto (CUDA when available), cpu, cuda, cuda:1, ...")
     max_model_len: int | None = _arg(None, "longest prompt + output (default: the model's)")
     max_num_seqs: int = _arg(256, "most requests in one step")
     max_num_batched_tokens: int | None = _arg(None, "token budget of a step (4096 CPU, 8192 GPU)")
     block_size: int = _arg(16, "tokens per KV-cache block")
-    num_gpu_blocks: int | None = _arg(None, "KV-cache blocks (default: sized from memory)")
+    num_gpu_blocks_override: int | None = _arg(None, "KV-cache blocks (default: sized from memory)")
+    num_gpu_blocks: int | None = _arg(None, "old name of --num-gpu-blocks-override")
     gpu_memory_utilization: float = _arg(0.9, "share of GPU memory for weights, activations, KV")
     kv_cache_memory_bytes: int | None = _arg(None, "KV-cache budget in bytes (CPU default 1 GiB)")
     enable_prefix_caching: bool = _arg(True, "reuse the KV blocks of identical prompt prefixes")
@@ -31,10 +34,26 @@ class EngineArgs:
     scheduling_policy: str = _arg("fcfs", "fcfs or priority")
     attention_backend: str = _arg("auto", "auto, torch or triton")
     enforce_eager: bool = _arg(False, "no torch.compile (CPU, float32), no CUDA graphs (GPU)")
-    seed: int = _arg(0, "seed of torch's default generator")
+    seed: int | None = _arg(0, "seed of torch's default generator (None: not seeded)")
     num_threads: int | None = _arg(None, "torch CPU threads (default: every core)")
+    max_logprobs: int = _arg(20, "most logprobs a request may ask for (-1: the vocabulary)")
+    generation_config: str = _arg("auto", "sampling defaults: auto (the model folder's "
+                                  "generation_config.json), vllm (ignore it) or a folder")
+    disable_log_stats: bool = _arg(False, "do not collect the scheduler's step stats")
+    tensor_parallel_size: int = _arg(1, "GPUs per model: only 1 here (use vLLM for more)")
 
     def __post_init__(self):
         n = self.num_threads
         if n is not None and not (isinstance(n, int) and n >= 1):
             raise ValueError(f"num_threads must be None or an int >= 1, got {self.num_threads!r}")
+        if self.tensor_parallel_size != 1:
+            raise ValueError(f"tensor_parallel_size={self.tensor_parallel_size}: minivllm runs one "
+                             "model on one device; for tensor parallelism run the same command "
+                             "with vLLM (`vllm serve MODEL --tensor-parallel-size N`)")
+        if self.num_gpu_blocks is not None:      # minivllm's old name keeps working
+            if self.num_gpu_blocks_override not in (None, self.num_gpu_blocks):
+                raise ValueError("num_gpu_blocks and num_gpu_blocks_override disagree; "
+                                 "pass num_gpu_blocks_override only")
+            self.num_gpu_blocks_override = self.num_gpu_blocks
+        if not (isinstance(self.max_logprobs, int) and self.max_logprobs >= -1):
+            raise ValueError(f"max_logprobs must be an int >= -1, got {self.max_logprobs!r}")

@@ -4,6 +4,7 @@
 
 # %% ../../nbs/21_engine_core.ipynb #2e352c25
 from __future__ import annotations
+import gc, json, time
 from ..core.kv_cache_manager import cdiv
 from pathlib import Path
 from typing import Callable, Sequence
@@ -19,9 +20,10 @@ from ..worker.gpu_model_runner import ModelRunner
 from .arg_utils import EngineArgs
 
 # %% auto #0
-__all__ = ['DEFAULT_CPU_KV_CACHE_BYTES', 'TOKENIZER_FILES', 'kv_cache_bytes_per_block', 'num_blocks_for', 'EngineCore',
-           'resolve_model_path', 'load_tokenizer', 'resolve_device', 'check_engine_args', 'profile_kv_cache_memory',
-           'default_max_num_batched_tokens', 'num_gpu_blocks_for', 'build_engine_core']
+__all__ = ['DEFAULT_CPU_KV_CACHE_BYTES', 'TOKENIZER_FILES', 'SAMPLING_DEFAULT_FIELDS', 'kv_cache_bytes_per_block',
+           'num_blocks_for', 'EngineCore', 'resolve_model_path', 'load_tokenizer', 'resolve_device',
+           'check_engine_args', 'profile_kv_cache_memory', 'default_max_num_batched_tokens', 'num_gpu_blocks_for',
+           'build_engine_core', 'try_get_generation_config', 'get_diff_sampling_param']
 
 # %% ../../nbs/21_engine_core.ipynb #245b11c8
 DEFAULT_CPU_KV_CACHE_BYTES = 1 << 30   # 1 GiB: vLLM's CPU backend asks for a fixed budget too
@@ -54,10 +56,18 @@ class EngineCore:
         "Finish requests as aborted; their blocks are freed now, the worker forgets them next step."
         self.scheduler.finish_requests(list(request_ids), RequestStatus.FINISHED_ABORTED)
 
+    def reset_prefix_cache(self, reset_running_requests: bool = False) -> bool:
+        "Forget every cached block; False while requests still hold blocks (vLLM's)."
+        return self.scheduler.reset_prefix_cache(reset_running_requests)
+
     def step(self) -> tuple[EngineCoreOutputs, bool]:
         "Schedule, execute, update: the step's outputs and whether the model ran (as in vLLM)."
         if not self.scheduler.has_requests(): return EngineCoreOutputs(), False
         scheduler_output = self.scheduler.schedule()
+        now = time.monotonic()
+        for new in scheduler_output.scheduled_new_reqs:   # vLLM's SCHEDULED event, first time only
+            request = self.scheduler.requests.get(new.req_id)
+            if request is not None and not request.scheduled_ts: request.scheduled_ts = now
         model_output = self.model_executor.execute_model(scheduler_output)
         engine_core_outputs = self.scheduler.update_from_output(scheduler_output, model_output)
         for observe in self.step_observers:
@@ -79,11 +89,12 @@ def resolve_model_path(model: str | Path | None) -> Path:
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 
-def load_tokenizer(path: Path):
+def load_tokenizer(path: Path, trust_remote_code: bool = False):
     "The folder's Hugging Face tokenizer, or `None` when it ships no tokenizer files."
+    path = Path(path).expanduser()
     if not any((path / f).exists() for f in TOKENIZER_FILES): return None
     from transformers import AutoTokenizer
-    return AutoTokenizer.from_pretrained(path)
+    return AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
 
 def resolve_device(device) -> torch.device:
     "`\"auto\"`: CUDA when available, else CPU."
@@ -134,7 +145,7 @@ def default_max_num_batched_tokens(device: torch.device, max_num_seqs: int, max_
 def num_gpu_blocks_for(model, device: torch.device, args: EngineArgs, max_model_len: int,
                        max_num_batched_tokens: int) -> int:
     "The override, else the memory budget (profiled on GPU) divided by the bytes of one block."
-    if args.num_gpu_blocks is not None: return args.num_gpu_blocks
+    if args.num_gpu_blocks_override is not None: return args.num_gpu_blocks_override
     budget = args.kv_cache_memory_bytes
     if budget is None:
         budget = (DEFAULT_CPU_KV_CACHE_BYTES if device.type != "cuda" else
@@ -151,7 +162,7 @@ def build_engine_core(args: EngineArgs, eos_token_id: int | None = None) -> Engi
     check_engine_args(args.attention_backend, device, args.scheduling_policy,
                       args.gpu_memory_utilization)
     if args.num_threads is not None: torch.set_num_threads(args.num_threads)
-    torch.manual_seed(args.seed)
+    if args.seed is not None: torch.manual_seed(args.seed)
     model = load_model(path, args.dtype, device, args.attention_backend)
     eos_token_id = model.config.eos_token_id if eos_token_id is None else eos_token_id
     model_len = args.max_model_len or model.config.max_position_embeddings
@@ -166,7 +177,8 @@ def build_engine_core(args: EngineArgs, eos_token_id: int | None = None) -> Engi
                         long_prefill_token_threshold=args.long_prefill_token_threshold,
                         policy=args.scheduling_policy),
         CacheConfig(block_size=args.block_size, num_gpu_blocks=num_blocks,
-                    enable_prefix_caching=args.enable_prefix_caching))
+                    enable_prefix_caching=args.enable_prefix_caching),
+        log_stats=not args.disable_log_stats)
     runner = ModelRunner(model, args.max_num_seqs, max_model_len, batched, args.block_size,
                          device=device, eos_token_id=eos_token_id)
     runner.initialize_kv_cache(num_blocks, args.block_size)
@@ -181,4 +193,28 @@ def build_engine_core(args: EngineArgs, eos_token_id: int | None = None) -> Engi
     info = dict(model=str(path), model_name=path.name, device=str(device),
                 max_model_len=max_model_len, vocab_size=model.config.vocab_size,
                 eos_token_id=eos_token_id, num_gpu_blocks=num_blocks, block_size=args.block_size)
+    gc.collect(); gc.freeze()   # vLLM: start-up objects leave the collector's generations
     return EngineCore(scheduler, runner, info=info)
+
+# %% ../../nbs/21_engine_core.ipynb #66be09be
+SAMPLING_DEFAULT_FIELDS = ("repetition_penalty", "presence_penalty", "frequency_penalty",
+                           "temperature", "top_k", "top_p", "min_p", "max_new_tokens",
+                           "skip_special_tokens")
+
+def try_get_generation_config(model: str | Path, generation_config: str = "auto") -> dict:
+    "The model's generation config, fields that differ from transformers' defaults (vLLM's name)."
+    folder = model if generation_config in ("auto", "vllm") else generation_config
+    from transformers import AutoConfig, GenerationConfig
+    try: config = GenerationConfig.from_pretrained(folder)
+    except OSError:      # no generation_config.json: what config.json says
+        try: config = GenerationConfig.from_model_config(AutoConfig.from_pretrained(folder))
+        except (OSError, ValueError): return {}
+    return config.to_diff_dict()
+
+def get_diff_sampling_param(generation_config: dict, source: str = "auto") -> dict:
+    "The sampling defaults in `generation_config` (none for `source='vllm'`), with vLLM's names."
+    if source == "vllm": return {}
+    found = {p: generation_config[p] for p in SAMPLING_DEFAULT_FIELDS
+             if generation_config.get(p) is not None}
+    if "max_new_tokens" in found: found["max_tokens"] = found.pop("max_new_tokens")
+    return found

@@ -4,6 +4,7 @@
 
 # %% ../../nbs/20_output_processor.ipynb #2e352c25
 from __future__ import annotations
+import time
 from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 from fastcore.basics import patch
@@ -11,6 +12,7 @@ from ..request import Request
 from ..sampling_params import SamplingParams
 from ..core.sched.output import EngineCoreOutput, Logprob, LogprobsLists
 from ..outputs import CompletionOutput, RequestOutput, RequestOutputKind
+from ..metrics.stats import FinishedRequestStats, IterationStats, RequestStateStats
 
 # %% auto #0
 __all__ = ['INITIAL_INCREMENTAL_DETOKENIZATION_OFFSET', 'IncrementalDetokenizer', 'check_stop_strings', 'LogprobsProcessor',
@@ -166,7 +168,7 @@ class RequestState:
     def __init__(self, request: Request, prompt: str | None, tokenizer, decode_token: Callable,
                  output_kind: RequestOutputKind, parent_req: ParentRequest | None = None,
                  request_index: int = 0, queue=None):
-        self.request_id, self.prompt = request.request_id, prompt
+        self.request, self.request_id, self.prompt = request, request.request_id, prompt
         self.prompt_token_ids = list(request.prompt_token_ids)
         self.parent_req, self.request_index = parent_req, request_index
         self.output_kind, self.queue = output_kind, queue
@@ -175,6 +177,33 @@ class RequestState:
         self.logprobs_processor = LogprobsProcessor(decode_token, params)
         self.num_cached_tokens = 0
         self.num_logprobs_sent = 0
+        self.stats = RequestStateStats(arrival_time=request.arrival_time,
+                                       queued_ts=time.monotonic())
+
+    def update_stats(self, num_new_tokens: int, now: float,
+                     iteration_stats: IterationStats | None = None) -> None:
+        "Count new tokens and time them (vLLM's `update_stats_from_output`, in-process)."
+        stats = self.stats
+        if stats.scheduled_ts == 0.0: stats.scheduled_ts = self.request.scheduled_ts or now
+        if not num_new_tokens: return
+        it = iteration_stats if iteration_stats is not None else IterationStats()
+        it.num_generation_tokens += num_new_tokens
+        if stats.num_generation_tokens == 0:
+            stats.first_token_ts = now
+            stats.first_token_latency = time.time() - stats.arrival_time
+            it.num_prompt_tokens += len(self.prompt_token_ids)
+            it.time_to_first_tokens_iter.append(stats.first_token_latency)
+        else:
+            it.inter_token_latencies_iter.append(now - stats.last_token_ts)
+        stats.num_generation_tokens += num_new_tokens
+        stats.last_token_ts = now
+
+    def finish_stats(self, finish_reason: str, iteration_stats: IterationStats) -> None:
+        "Record this request's end in `iteration_stats` (vLLM's `update_from_finished_request`)."
+        s = self.stats
+        iteration_stats.finished_requests.append(FinishedRequestStats(
+            finish_reason, time.time() - s.arrival_time, len(self.prompt_token_ids),
+            s.num_generation_tokens, max(s.scheduled_ts - s.queued_ts, 0.0)))
 
     def make_request_output(self, new_token_ids: list[int], finish_reason: str | None,
                             stop_reason: int | str | None) -> RequestOutput | None:
@@ -198,7 +227,7 @@ class RequestState:
             if not outputs: return None
         prompt_logprobs = lp.pop_prompt_logprobs() if delta else lp.prompt_logprobs
         return RequestOutput(request_id, self.prompt, self.prompt_token_ids, prompt_logprobs,
-                             outputs, finished, self.num_cached_tokens)
+                             outputs, finished, replace(self.stats), self.num_cached_tokens)
 
 # %% ../../nbs/20_output_processor.ipynb #o11d15
 @dataclass
@@ -226,8 +255,9 @@ class OutputProcessor:
 
     def add_request(self, request: Request, prompt: str | None,
                     parent_req: ParentRequest | None = None, request_index: int = 0, queue=None,
-                    output_kind: RequestOutputKind = RequestOutputKind.FINAL_ONLY) -> None:
-        "Start tracking one (child) request."
+                    output_kind: RequestOutputKind | None = None) -> None:
+        "Start tracking one (child) request; `output_kind` defaults to its `SamplingParams`'."
+        output_kind = output_kind or request.sampling_params.output_kind
         if request.request_id in self.request_states:
             raise ValueError(f"request id {request.request_id!r} is already in use")
         self.request_states[request.request_id] = RequestState(
@@ -247,13 +277,15 @@ class OutputProcessor:
 # %% ../../nbs/20_output_processor.ipynb #88a8dc5d
 @patch
 def process_outputs(self: OutputProcessor,
-                    engine_core_outputs: list[EngineCoreOutput]) -> OutputProcessorOutput:
+                    engine_core_outputs: list[EngineCoreOutput],
+                    iteration_stats: IterationStats | None = None) -> OutputProcessorOutput:
     "Update each request's state with its new tokens; collect outputs due and stop-string aborts."
-    result = OutputProcessorOutput()
+    result, now = OutputProcessorOutput(), time.monotonic()
     for out in engine_core_outputs:
         state = self.request_states.get(out.request_id)
         if state is None: continue   # aborted meanwhile
         state.num_cached_tokens = max(out.num_cached_tokens, 0)
+        state.update_stats(len(out.new_token_ids), now, iteration_stats)
         state.logprobs_processor.update_from_output(out)
         finish_reason, stop_reason = out.finish_reason, out.stop_reason
         stop_string = state.detokenizer.update(out.new_token_ids, finish_reason == "stop")
@@ -263,6 +295,7 @@ def process_outputs(self: OutputProcessor,
         request_output = state.make_request_output(out.new_token_ids, finish_reason, stop_reason)
         if finish_reason is not None:
             self.request_states.pop(out.request_id)
+            if iteration_stats is not None: state.finish_stats(finish_reason, iteration_stats)
             parent = state.parent_req
             if parent is not None and not parent.child_requests:
                 self.parent_requests.pop(parent.request_id)

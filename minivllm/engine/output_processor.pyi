@@ -1,5 +1,6 @@
 """One step = schedule, execute, update; the output processor turns tokens into text, stop strings, logprobs and `n` completions; `LLM.generate` steps until every request is done."""
 from __future__ import annotations
+import time
 from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 from fastcore.basics import patch
@@ -7,6 +8,7 @@ from ..request import Request
 from ..sampling_params import SamplingParams
 from ..core.sched.output import EngineCoreOutput, Logprob, LogprobsLists
 from ..outputs import CompletionOutput, RequestOutput, RequestOutputKind
+from ..metrics.stats import FinishedRequestStats, IterationStats, RequestStateStats
 __all__ = ['INITIAL_INCREMENTAL_DETOKENIZATION_OFFSET', 'IncrementalDetokenizer', 'check_stop_strings', 'LogprobsProcessor', 'ParentRequest', 'RequestState', 'OutputProcessorOutput', 'OutputProcessor']
 INITIAL_INCREMENTAL_DETOKENIZATION_OFFSET = 5
 
@@ -74,6 +76,14 @@ class RequestState:
     def __init__(self, request: Request, prompt: str | None, tokenizer, decode_token: Callable, output_kind: RequestOutputKind, parent_req: ParentRequest | None=None, request_index: int=0, queue=None):
         ...
 
+    def update_stats(self, num_new_tokens: int, now: float, iteration_stats: IterationStats | None=None) -> None:
+        """Count new tokens and time them (vLLM's `update_stats_from_output`, in-process)."""
+        ...
+
+    def finish_stats(self, finish_reason: str, iteration_stats: IterationStats) -> None:
+        """Record this request's end in `iteration_stats` (vLLM's `update_from_finished_request`)."""
+        ...
+
     def make_request_output(self, new_token_ids: list[int], finish_reason: str | None, stop_reason: int | str | None) -> RequestOutput | None:
         """The output to report after this update, or None when none is due."""
         ...
@@ -97,14 +107,14 @@ class OutputProcessor:
     def has_unfinished_requests(self) -> bool:
         ...
 
-    def add_request(self, request: Request, prompt: str | None, parent_req: ParentRequest | None=None, request_index: int=0, queue=None, output_kind: RequestOutputKind=RequestOutputKind.FINAL_ONLY) -> None:
-        """Start tracking one (child) request."""
+    def add_request(self, request: Request, prompt: str | None, parent_req: ParentRequest | None=None, request_index: int=0, queue=None, output_kind: RequestOutputKind | None=None) -> None:
+        """Start tracking one (child) request; `output_kind` defaults to its `SamplingParams`'."""
         ...
 
     def abort_requests(self, request_ids: Sequence[str]) -> list[str]:
         """Forget requests (a parent id: all its children); returns the ids the engine must abort."""
         ...
 
-    def process_outputs(self: OutputProcessor, engine_core_outputs: list[EngineCoreOutput]) -> OutputProcessorOutput:
+    def process_outputs(self: OutputProcessor, engine_core_outputs: list[EngineCoreOutput], iteration_stats: IterationStats | None=None) -> OutputProcessorOutput:
         """Update each request's state with its new tokens; collect outputs due and stop-string aborts."""
         ...

@@ -5,35 +5,60 @@
 # %% ../../nbs/23_llm.ipynb #2e352c25
 from __future__ import annotations
 import itertools
+from dataclasses import replace
 from pathlib import Path
 import torch
 from fastcore.basics import patch
 from tqdm import tqdm   # a text bar: the same in a terminal and in a notebook
 from ..request import Request
-from ..sampling_params import SamplingParams
+from ..sampling_params import RequestOutputKind, SamplingParams
 from ..timeline import TimelineRecorder
 from ..engine.arg_utils import EngineArgs
 from ..engine.output_processor import OutputProcessor, ParentRequest
 from ..outputs import RequestOutput
-from ..engine.core import build_engine_core, load_tokenizer, resolve_model_path
+from ..metrics.stats import IterationStats
+from ..engine.core import (build_engine_core, get_diff_sampling_param, load_tokenizer,
+                                  resolve_model_path, try_get_generation_config)
+from ..metrics.loggers import StatLogger
+from ..metrics.reader import Metric
 
 # %% auto #0
-__all__ = ['TIMELINE_MAX_RECORDS', 'parse_prompts', 'per_prompt', 'check_prompt', 'LLM', 'check_sampling_params', 'fan_out']
+__all__ = ['PROMPT_FORMS', 'TIMELINE_MAX_RECORDS', 'parse_prompts', 'per_prompt', 'check_prompt', 'LLM', 'check_sampling_params',
+           'prepare_sampling_params', 'fan_out']
 
 # %% ../../nbs/23_llm.ipynb #82f1a1c5
-def _is_token_ids(x) -> bool:
-    return isinstance(x, (list, tuple)) and len(x) > 0 and all(isinstance(t, int) for t in x)
+PROMPT_FORMS = ("a string, a list of token ids, {'prompt': str} (TextPrompt), "
+                "{'prompt_token_ids': [int, ...]} (TokensPrompt), or a list of these")
 
-def parse_prompts(prompts) -> list[str | list[int]]:
-    "Normalise `prompts` to a non-empty list of strings and token-id lists."
-    if isinstance(prompts, str) or _is_token_ids(prompts): prompts = [prompts]
-    prompts = list(prompts)
+def _is_token_ids(x) -> bool:
+    return (isinstance(x, (list, tuple)) and len(x) > 0
+            and all(isinstance(t, int) and not isinstance(t, bool) for t in x))
+
+def _parse_prompt(p, i: int) -> dict:
+    "One prompt as `{'prompt': text or None, 'prompt_token_ids': ids or None}`."
+    if isinstance(p, str): return {"prompt": p, "prompt_token_ids": None}
+    if _is_token_ids(p): return {"prompt": None, "prompt_token_ids": list(p)}
+    if isinstance(p, dict):
+        extra = set(p) - {"prompt", "prompt_token_ids"}
+        if extra:
+            raise TypeError(f"prompt {i}: minivllm does not support the keys {sorted(extra)}; "
+                            f"a prompt is {PROMPT_FORMS}")
+        text, ids = p.get("prompt"), p.get("prompt_token_ids")
+        if ids is not None:
+            if not _is_token_ids(ids):
+                raise TypeError(f"prompt {i}: prompt_token_ids must be a non-empty list of ints")
+            text = text if isinstance(text, str) else None
+            return {"prompt": text, "prompt_token_ids": list(ids)}
+        if isinstance(text, str): return {"prompt": text, "prompt_token_ids": None}
+    raise TypeError(f"prompt {i} is {type(p).__name__} {p!r:.60}; a prompt is {PROMPT_FORMS}")
+
+def parse_prompts(prompts) -> list[dict]:
+    "Normalise `prompts` (vLLM's forms) to a non-empty list of `{'prompt', 'prompt_token_ids'}`."
+    if isinstance(prompts, (str, dict)) or _is_token_ids(prompts): prompts = [prompts]
+    if not isinstance(prompts, (list, tuple)):
+        raise TypeError(f"prompts is {type(prompts).__name__}; a prompt is {PROMPT_FORMS}")
     if not prompts: raise ValueError("generate() needs at least one prompt, got an empty list")
-    for i, p in enumerate(prompts):
-        if not (isinstance(p, str) or _is_token_ids(p)):
-            raise ValueError(f"prompt {i} must be a string or a non-empty list of token ids, "
-                             f"got {p!r:.60}")
-    return [p if isinstance(p, str) else list(p) for p in prompts]
+    return [_parse_prompt(p, i) for i, p in enumerate(prompts)]
 
 def per_prompt(value, n: int, name: str) -> list:
     "One value per prompt: repeat a single value, or check that a list has `n` entries."
@@ -65,11 +90,16 @@ TIMELINE_MAX_RECORDS = 10_000  # steps LLM.timeline keeps: long offline runs, te
 class LLM:
     "Offline generation with a Llama-family model: prompts in, `RequestOutput`s out (vLLM's `LLM`)."
     def __init__(self, model: str | Path | None = None, **kwargs):
+        kwargs.setdefault("disable_log_stats", True)           # vLLM's LLM default
         self.engine_args = EngineArgs(model=model, **kwargs)   # TypeError for an unknown option
+        args = self.engine_args
         self.model_path = resolve_model_path(model)
-        self.tokenizer = load_tokenizer(self.model_path)
+        self.tokenizer = load_tokenizer(Path(args.tokenizer or self.model_path),
+                                        args.trust_remote_code)
+        self.generation_config = try_get_generation_config(self.model_path, args.generation_config)
+        self.default_sampling_params: dict | None = None
         eos = self.tokenizer.eos_token_id if self.tokenizer is not None else None
-        self.engine_core = build_engine_core(self.engine_args, eos_token_id=eos)
+        self.engine_core = build_engine_core(args, eos_token_id=eos)
         info = self.engine_core.info
         self.device, self.max_model_len = torch.device(info["device"]), info["max_model_len"]
         self.eos_token_id, self.block_size = info["eos_token_id"], info["block_size"]
@@ -79,6 +109,7 @@ class LLM:
         if hasattr(self.model, "capture"): self.model = self.model.model   # inside CUDAGraphWrapper
         self.output_processor = OutputProcessor(self.tokenizer)
         self.request_counter = itertools.count()
+        self.stat_logger = None if args.disable_log_stats else StatLogger(self.model_path.name)
         self.timeline = TimelineRecorder(device=f"{self.device}, {self.model_path.name}",
                                          max_records=TIMELINE_MAX_RECORDS)
         self.engine_core.step_observers.append(self.timeline)
@@ -87,20 +118,49 @@ class LLM:
         "The Hugging Face tokenizer (`None` for a folder without one)."
         return self.tokenizer
 
+    def get_default_sampling_params(self) -> SamplingParams:
+        "`SamplingParams` with the model's generation-config defaults (vLLM's method)."
+        if self.default_sampling_params is None:
+            self.default_sampling_params = get_diff_sampling_param(
+                self.generation_config, self.engine_args.generation_config)
+        return SamplingParams.from_optional(**self.default_sampling_params)
+
+    def reset_prefix_cache(self, reset_running_requests: bool = False) -> bool:
+        "Forget every cached prefix block; False while requests still hold blocks (vLLM's)."
+        return self.engine_core.reset_prefix_cache(reset_running_requests)
+
 # %% ../../nbs/23_llm.ipynb #o11d19
-def check_sampling_params(params, tokenizer, vocab_size: int) -> None:
-    "What `SamplingParams` cannot check alone: a tokenizer for stop strings, ids within the vocab."
+def check_sampling_params(params, tokenizer, vocab_size: int, max_logprobs: int = 20) -> None:
+    "What `SamplingParams` cannot check alone: a tokenizer, ids in the vocab, `max_logprobs`."
     if not isinstance(params, SamplingParams):
         raise ValueError(f"sampling_params must be SamplingParams, got {type(params).__name__}")
     if params.stop and tokenizer is None:
         raise ValueError("stop strings need a tokenizer and this model has none; "
                          "use stop_token_ids")
-    if any(t >= vocab_size for t in params.stop_token_ids):
-        raise ValueError(f"stop_token_ids must be inside the vocabulary [0, {vocab_size})")
+    if params.bad_words and tokenizer is None:
+        raise ValueError("bad_words need a tokenizer and this model has none; use logit_bias")
+    for name in ("stop_token_ids", "allowed_token_ids", "logit_bias"):
+        if any(t >= vocab_size for t in getattr(params, name) or ()):
+            raise ValueError(f"{name} must be inside the vocabulary [0, {vocab_size})")
+    cap = vocab_size if max_logprobs == -1 else max_logprobs
     for name in ("logprobs", "prompt_logprobs"):
         k = getattr(params, name)
         if (k or 0) > vocab_size:
             raise ValueError(f"{name}={k} is more than the {vocab_size} tokens of the vocabulary")
+        if (k or 0) > cap:   # vLLM's message
+            kind = "sample" if name == "logprobs" else "prompt"
+            raise ValueError(f"Requested {kind} logprobs of {k}, which is greater than max "
+                             f"allowed: {cap} ({name}; the engine's max_logprobs)")
+
+def prepare_sampling_params(params: SamplingParams, prompt_len: int, max_model_len: int,
+                            tokenizer=None, generation_config: dict | None = None,
+                            eos_token_id: int | None = None) -> SamplingParams:
+    "A request's own copy of `params`, completed as vLLM's `InputProcessor` completes it."
+    params = replace(params)     # the caller's object is never changed
+    if params.max_tokens is None: params.max_tokens = max(max_model_len - prompt_len, 1)
+    params.update_from_generation_config(generation_config or {}, eos_token_id)
+    if tokenizer is not None: params.update_from_tokenizer(tokenizer)
+    return params
 
 def fan_out(request_id: str, params: SamplingParams) -> list[tuple]:
     "`(engine request id, params, parent, index)` of each engine request behind one user request."
@@ -110,30 +170,36 @@ def fan_out(request_id: str, params: SamplingParams) -> list[tuple]:
 
 # %% ../../nbs/23_llm.ipynb #5e389787
 @patch
-def _tokenize(self: LLM, i: int, prompt: str | list[int]) -> list[int]:
-    "Token ids of prompt `i` (strings go through the tokenizer), checked against the model."
+def _tokenize(self: LLM, i: int, prompt: dict) -> list[int]:
+    "Token ids of prompt `i` (text goes through the tokenizer), checked against the model."
     vocab_size = self.engine_core.info["vocab_size"]
-    return check_prompt(self.tokenizer, prompt, vocab_size, self.max_model_len, f"prompt {i}")
+    ids = prompt["prompt_token_ids"]
+    return check_prompt(self.tokenizer, prompt["prompt"] if ids is None else ids, vocab_size,
+                        self.max_model_len, f"prompt {i}")
 
 @patch
 def _add_requests(self: LLM, prompts, sampling_params, priority) -> list[str]:
     "Validate every prompt and parameter, then add each prompt's engine requests; their ids."
     prompts = parse_prompts(prompts)
-    if sampling_params is None: sampling_params = SamplingParams()
+    if sampling_params is None: sampling_params = self.get_default_sampling_params()
     params = per_prompt(sampling_params, len(prompts), "sampling_params")
-    for p in params: check_sampling_params(p, self.tokenizer, self.engine_core.info["vocab_size"])
+    vocab_size, max_logprobs = self.engine_core.info["vocab_size"], self.engine_args.max_logprobs
+    for p in params: check_sampling_params(p, self.tokenizer, vocab_size, max_logprobs)
     priorities = per_prompt(0 if priority is None else priority, len(prompts), "priority")
     if any(priorities) and self.scheduler_config.policy != "priority":
         raise ValueError("priority was given but scheduling_policy is not 'priority'")
     token_ids = [self._tokenize(i, p) for i, p in enumerate(prompts)]
+    params = [prepare_sampling_params(replace(sp, output_kind=RequestOutputKind.FINAL_ONLY),
+                                      len(ids), self.max_model_len, self.tokenizer,
+                                      self.generation_config, self.eos_token_id)
+              for sp, ids in zip(params, token_ids)]     # LLM reports once per request, as vLLM's
     request_ids = []
     for prompt, ids, sp, prio in zip(prompts, token_ids, params, priorities):
         request_ids.append(rid := str(next(self.request_counter)))
         for child_id, child_sp, parent, index in fan_out(rid, sp):
             request = Request(child_id, ids, child_sp, eos_token_id=self.eos_token_id,
                               priority=prio)
-            self.output_processor.add_request(request, prompt if isinstance(prompt, str) else None,
-                                              parent, index)
+            self.output_processor.add_request(request, prompt["prompt"], parent, index)
             self.engine_core.add_request(request)
     return request_ids
 
@@ -155,7 +221,9 @@ def _run_engine(self: LLM, request_ids: list[str], use_tqdm: bool = True) -> lis
         try:
             while scheduler.has_unfinished_requests():
                 outputs, _ = self.engine_core.step()
-                processed = self.output_processor.process_outputs(outputs.outputs)
+                it = None if self.stat_logger is None else IterationStats()
+                processed = self.output_processor.process_outputs(outputs.outputs, it)
+                if it is not None: self.stat_logger.record(outputs.scheduler_stats, it)
                 if processed.reqs_to_abort: self.engine_core.abort_requests(processed.reqs_to_abort)
                 for out in processed.request_outputs:
                     finished[out.request_id] = out
@@ -177,8 +245,17 @@ def _abort(self: LLM, request_ids: list[str]) -> None:
 def generate(self: LLM, prompts,
              sampling_params: SamplingParams | list[SamplingParams] | None = None, *,
              use_tqdm: bool = True, priority: int | list[int] | None = None) -> list[RequestOutput]:
-    "Generate completions for each prompt (a string, strings or token-id lists), in input order."
+    "Completions of each prompt (vLLM's forms), in input order; default params: the model's."
     return self._run_engine(self._add_requests(prompts, sampling_params, priority), use_tqdm)
+
+# %% ../../nbs/23_llm.ipynb #a28912df
+@patch
+def get_metrics(self: LLM) -> list[Metric]:
+    "vLLM's metrics so far: `Counter`, `Gauge` and `Histogram` objects with vLLM's names."
+    if self.stat_logger is None:
+        raise RuntimeError("stat logging is disabled (LLM's default, as in vLLM); "
+                           "build LLM(..., disable_log_stats=False) to collect metrics")
+    return self.stat_logger.get_metrics()
 
 # %% ../../nbs/23_llm.ipynb #c207d710
 @patch

@@ -1,24 +1,33 @@
 """vLLM's offline entry point: prompts in, `RequestOutput`s out, one engine step at a time."""
 from __future__ import annotations
 import itertools
+from dataclasses import replace
 from pathlib import Path
 import torch
 from fastcore.basics import patch
 from tqdm import tqdm
 from ..request import Request
-from ..sampling_params import SamplingParams
+from ..sampling_params import RequestOutputKind, SamplingParams
 from ..timeline import TimelineRecorder
 from ..engine.arg_utils import EngineArgs
 from ..engine.output_processor import OutputProcessor, ParentRequest
 from ..outputs import RequestOutput
-from ..engine.core import build_engine_core, load_tokenizer, resolve_model_path
-__all__ = ['TIMELINE_MAX_RECORDS', 'parse_prompts', 'per_prompt', 'check_prompt', 'LLM', 'check_sampling_params', 'fan_out']
+from ..metrics.stats import IterationStats
+from ..engine.core import build_engine_core, get_diff_sampling_param, load_tokenizer, resolve_model_path, try_get_generation_config
+from ..metrics.loggers import StatLogger
+from ..metrics.reader import Metric
+__all__ = ['PROMPT_FORMS', 'TIMELINE_MAX_RECORDS', 'parse_prompts', 'per_prompt', 'check_prompt', 'LLM', 'check_sampling_params', 'prepare_sampling_params', 'fan_out']
+PROMPT_FORMS = "a string, a list of token ids, {'prompt': str} (TextPrompt), {'prompt_token_ids': [int, ...]} (TokensPrompt), or a list of these"
 
 def _is_token_ids(x) -> bool:
     ...
 
-def parse_prompts(prompts) -> list[str | list[int]]:
-    """Normalise `prompts` to a non-empty list of strings and token-id lists."""
+def _parse_prompt(p, i: int) -> dict:
+    """One prompt as `{'prompt': text or None, 'prompt_token_ids': ids or None}`."""
+    ...
+
+def parse_prompts(prompts) -> list[dict]:
+    """Normalise `prompts` (vLLM's forms) to a non-empty list of `{'prompt', 'prompt_token_ids'}`."""
     ...
 
 def per_prompt(value, n: int, name: str) -> list:
@@ -40,8 +49,16 @@ class LLM:
         """The Hugging Face tokenizer (`None` for a folder without one)."""
         ...
 
-    def _tokenize(self: LLM, i: int, prompt: str | list[int]) -> list[int]:
-        """Token ids of prompt `i` (strings go through the tokenizer), checked against the model."""
+    def get_default_sampling_params(self) -> SamplingParams:
+        """`SamplingParams` with the model's generation-config defaults (vLLM's method)."""
+        ...
+
+    def reset_prefix_cache(self, reset_running_requests: bool=False) -> bool:
+        """Forget every cached prefix block; False while requests still hold blocks (vLLM's)."""
+        ...
+
+    def _tokenize(self: LLM, i: int, prompt: dict) -> list[int]:
+        """Token ids of prompt `i` (text goes through the tokenizer), checked against the model."""
         ...
 
     def _add_requests(self: LLM, prompts, sampling_params, priority) -> list[str]:
@@ -57,15 +74,23 @@ class LLM:
         ...
 
     def generate(self: LLM, prompts, sampling_params: SamplingParams | list[SamplingParams] | None=None, *, use_tqdm: bool=True, priority: int | list[int] | None=None) -> list[RequestOutput]:
-        """Generate completions for each prompt (a string, strings or token-id lists), in input order."""
+        """Completions of each prompt (vLLM's forms), in input order; default params: the model's."""
+        ...
+
+    def get_metrics(self: LLM) -> list[Metric]:
+        """vLLM's metrics so far: `Counter`, `Gauge` and `Histogram` objects with vLLM's names."""
         ...
 
     def chat(self: LLM, messages: list[dict] | list[list[dict]], sampling_params=None, *, use_tqdm: bool=True, add_generation_prompt: bool=True) -> list[RequestOutput]:
         """Generate the assistant's reply to one conversation or to each of a list of conversations."""
         ...
 
-def check_sampling_params(params, tokenizer, vocab_size: int) -> None:
-    """What `SamplingParams` cannot check alone: a tokenizer for stop strings, ids within the vocab."""
+def check_sampling_params(params, tokenizer, vocab_size: int, max_logprobs: int=20) -> None:
+    """What `SamplingParams` cannot check alone: a tokenizer, ids in the vocab, `max_logprobs`."""
+    ...
+
+def prepare_sampling_params(params: SamplingParams, prompt_len: int, max_model_len: int, tokenizer=None, generation_config: dict | None=None, eos_token_id: int | None=None) -> SamplingParams:
+    """A request's own copy of `params`, completed as vLLM's `InputProcessor` completes it."""
     ...
 
 def fan_out(request_id: str, params: SamplingParams) -> list[tuple]:

@@ -12,12 +12,13 @@ from torch import nn
 from fastcore.basics import patch
 
 from ..sampling_params import SamplingParams
-from ..worker.gpu_input_batch import InputBatch, to_device
+from ..worker.gpu_input_batch import CachedRequestState, InputBatch, to_device
 from ..core.sched.output import LogprobsLists
 
 # %% auto #0
-__all__ = ['SamplingMetadata', 'make_sampling_metadata', 'apply_min_tokens', 'apply_penalties', 'apply_min_p',
-           'apply_top_k_top_p', 'random_sample', 'LogprobsTensors', 'gather_logprobs', 'SamplerOutput', 'Sampler']
+__all__ = ['SamplingMetadata', 'make_sampling_metadata', 'apply_min_tokens', 'logits_processor_rows', 'apply_allowed_token_ids',
+           'apply_bad_words', 'apply_logit_bias', 'apply_penalties', 'apply_min_p', 'apply_top_k_top_p',
+           'random_sample', 'LogprobsTensors', 'gather_logprobs', 'SamplerOutput', 'Sampler']
 
 # %% ../../nbs/11_sampler.ipynb #0d47e059
 _GREEDY_EPS = 1e-5
@@ -43,6 +44,11 @@ class SamplingMetadata:
     # int32 [num_reqs, vocab]: output token counts
     output_bin_counts: torch.Tensor | None = None
     prompt_token_mask: torch.Tensor | None = None      # bool [num_reqs, vocab]: in the prompt
+    # vLLM V1's built-in logits processors, row -> value, only for the rows that use one
+    logit_bias: dict[int, dict[int, float]] = field(default_factory=dict)
+    allowed_token_ids: dict[int, list[int]] = field(default_factory=dict)
+    bad_words_token_ids: dict[int, list[list[int]]] = field(default_factory=dict)
+    output_token_ids: dict[int, list[int]] = field(default_factory=dict)   # rows with bad words
 
     @property
     def is_greedy(self) -> torch.Tensor:
@@ -54,7 +60,9 @@ class SamplingMetadata:
 def from_arrays(cls: SamplingMetadata, temperature, top_p=None, top_k=None, min_p=None, *,
                 generators=None, masked_stop_token_ids=None, max_num_logprobs=None,
                 presence_penalties=None, frequency_penalties=None, repetition_penalties=None,
-                output_bin_counts=None, prompt_token_mask=None, device="cpu") -> SamplingMetadata:
+                output_bin_counts=None, prompt_token_mask=None, logit_bias=None,
+                allowed_token_ids=None, bad_words_token_ids=None, output_token_ids=None,
+                device="cpu") -> SamplingMetadata:
     "Metadata from per-row host arrays; every flag is computed here, on the host."
     temperature = np.asarray(temperature, dtype=np.float32)
     n, t = len(temperature), lambda a, dtype: to_device(np.asarray(a), device, dtype)
@@ -75,7 +83,9 @@ def from_arrays(cls: SamplingMetadata, temperature, top_p=None, top_k=None, min_
                dict(generators or {}), dict(masked_stop_token_ids or {}), max_num_logprobs,
                no_penalties, *([None] * 5 if no_penalties else
                                [t(a, torch.float32) for a in pen] + [output_bin_counts,
-                                                                     prompt_token_mask]))
+                                                                     prompt_token_mask]),
+               dict(logit_bias or {}), dict(allowed_token_ids or {}),
+               dict(bad_words_token_ids or {}), dict(output_token_ids or {}))
 
 # %% ../../nbs/11_sampler.ipynb #be7c276a
 @patch(cls_method=True)
@@ -95,13 +105,21 @@ def from_params(cls: SamplingMetadata, params: list[SamplingParams], generators=
             counts[i] = torch.bincount(torch.tensor(list(out), dtype=torch.int64),
                                        minlength=vocab_size)
         counts, mask = counts.to(device), mask.to(device)
+    rows = lambda f: {i: v for i, p in enumerate(params) if (v := f(p))}
+    outs = output_token_ids or [[]] * len(params)
     return cls.from_arrays([p.temperature for p in params], [p.top_p for p in params],
                            [p.top_k for p in params], [p.min_p for p in params],
                            generators=generators, max_num_logprobs=max(ks) if ks else None,
                            presence_penalties=[p.presence_penalty for p in params],
                            frequency_penalties=[p.frequency_penalty for p in params],
                            repetition_penalties=[p.repetition_penalty for p in params],
-                           output_bin_counts=counts, prompt_token_mask=mask, device=device)
+                           output_bin_counts=counts, prompt_token_mask=mask,
+                           logit_bias=rows(lambda p: p.logit_bias),
+                           allowed_token_ids=rows(lambda p: p.allowed_token_ids),
+                           bad_words_token_ids=rows(lambda p: p.bad_words_token_ids),
+                           output_token_ids={i: list(outs[i]) for i, p in enumerate(params)
+                                             if p.bad_words_token_ids},
+                           device=device)
 
 # %% ../../nbs/11_sampler.ipynb #72884ccb
 def make_sampling_metadata(input_batch: InputBatch, discard_request_indices=(),
@@ -119,6 +137,7 @@ def make_sampling_metadata(input_batch: InputBatch, discard_request_indices=(),
     k = input_batch.num_logprobs[:n]
     counts = None if input_batch.output_bin_counts is None else input_batch.output_bin_counts[:n]
     mask = None if input_batch.prompt_token_mask is None else input_batch.prompt_token_mask[:n]
+    procs = logits_processor_rows(input_batch)
     return SamplingMetadata.from_arrays(
         input_batch.temperature[:n],
         input_batch.top_p[:n],
@@ -132,6 +151,7 @@ def make_sampling_metadata(input_batch: InputBatch, discard_request_indices=(),
         repetition_penalties=input_batch.repetition_penalties[:n],
         output_bin_counts=counts,
         prompt_token_mask=mask,
+        **procs,
         device=device,
     )
 
@@ -144,6 +164,77 @@ def apply_min_tokens(logits: torch.Tensor,
     if not pairs: return logits
     rows, toks = to_device(np.array(pairs).T.copy(), logits.device, torch.int64)
     logits[rows, toks] = float("-inf")
+    return logits
+
+# %% ../../nbs/11_sampler.ipynb #72f48b6c
+def _uses_logits_processor(sp: SamplingParams | None) -> bool:
+    return sp is not None and bool(sp.logit_bias or sp.allowed_token_ids or sp.bad_words_token_ids)
+
+_input_batch_add_request = getattr(InputBatch.add_request, "__wrapped__", InputBatch.add_request)
+
+@patch
+def add_request(self: InputBatch, state: CachedRequestState) -> int:
+    "Chapter 10's `add_request`; it also keeps the params of requests that use a logits processor."
+    row = _input_batch_add_request(self, state)
+    if _uses_logits_processor(state.sampling_params):
+        params = self.__dict__.setdefault("logits_processor_params", {})
+        params[state.req_id] = state.sampling_params
+    return row
+InputBatch.add_request.__wrapped__ = _input_batch_add_request
+
+def logits_processor_rows(input_batch: InputBatch) -> dict:
+    "Per-row `logit_bias`, `allowed_token_ids`, `bad_words_token_ids` and outputs of the batch."
+    params = input_batch.__dict__.get("logits_processor_params")
+    if not params: return {}
+    for req_id in [r for r in params if r not in input_batch.req_id_to_index]: del params[req_id]
+    rows = {input_batch.req_id_to_index[r]: sp for r, sp in params.items()}
+    def outputs(row):
+        start, end = input_batch.num_prompt_tokens[row], input_batch.num_tokens_no_spec[row]
+        return input_batch.token_ids_cpu[row, start:end].tolist()
+    return dict(logit_bias={r: sp.logit_bias for r, sp in rows.items() if sp.logit_bias},
+                allowed_token_ids={r: sp.allowed_token_ids for r, sp in rows.items()
+                                   if sp.allowed_token_ids},
+                bad_words_token_ids={r: sp.bad_words_token_ids for r, sp in rows.items()
+                                     if sp.bad_words_token_ids},
+                output_token_ids={r: outputs(r) for r, sp in rows.items()
+                                  if sp.bad_words_token_ids})
+
+def _index(pairs, device):
+    "Row and column index tensors of (row, token) pairs."
+    return to_device(np.array(pairs, dtype=np.int64).reshape(-1, 2).T.copy(), device, torch.int64)
+
+def apply_allowed_token_ids(logits: torch.Tensor, allowed: dict[int, list[int]]) -> torch.Tensor:
+    "Set every logit outside each listed row's allowed ids to -inf, in place."
+    if not allowed: return logits
+    rows = list(allowed)
+    keep = torch.zeros(len(rows), logits.shape[-1], dtype=torch.bool)
+    for i, ids in enumerate(allowed.values()): keep[i, ids] = True
+    row_idx = to_device(np.array(rows), logits.device, torch.int64)
+    logits[row_idx] = logits[row_idx].masked_fill(~keep.to(logits.device), float("-inf"))
+    return logits
+
+def apply_bad_words(logits: torch.Tensor, bad_words_token_ids: dict[int, list[list[int]]],
+                    past_tokens_ids: dict[int, list[int]]) -> torch.Tensor:
+    "Ban the last token of every bad word whose other tokens end the output (vLLM's rule)."
+    pairs = []
+    for row, words in bad_words_token_ids.items():
+        past = past_tokens_ids.get(row, [])
+        for word in words:
+            prefix = word[:-1]
+            if len(prefix) <= len(past) and past[len(past) - len(prefix):] == prefix:
+                pairs.append((row, word[-1]))
+    if pairs:
+        rows, toks = _index(pairs, logits.device)
+        logits[rows, toks] = float("-inf")
+    return logits
+
+def apply_logit_bias(logits: torch.Tensor, logit_bias: dict[int, dict[int, float]]) -> torch.Tensor:
+    "Add each listed row's bias to its tokens' logits, in place (vLLM's LogitBiasLogitsProcessor)."
+    pairs = [(row, t) for row, bias in logit_bias.items() for t in bias]
+    if not pairs: return logits
+    rows, toks = _index(pairs, logits.device)
+    values = [b for bias in logit_bias.values() for b in bias.values()]
+    logits[rows, toks] += to_device(np.array(values, dtype=np.float32), logits.device)
     return logits
 
 # %% ../../nbs/11_sampler.ipynb #a9d3552e
@@ -235,9 +326,16 @@ class Sampler(nn.Module):
     "Sample one token per row of logits under per-row sampling parameters (vLLM `Sampler`)."
     def forward(self, logits: torch.Tensor, metadata: SamplingMetadata) -> SamplerOutput:
         "Process the logits, sample one token per row; logprobs come from the raw logits."
+        raw = logits
         logits = logits.to(torch.float32)
         raw_logprobs = None if metadata.max_num_logprobs is None else logits.log_softmax(dim=-1)
-        logits = apply_min_tokens(logits.clone(), metadata.masked_stop_token_ids)
+        in_place = (metadata.allowed_token_ids, metadata.bad_words_token_ids,
+                    metadata.masked_stop_token_ids, metadata.logit_bias)
+        if any(in_place) and logits is raw: logits = logits.clone()   # the caller's stay intact
+        logits = apply_allowed_token_ids(logits, metadata.allowed_token_ids)
+        logits = apply_bad_words(logits, metadata.bad_words_token_ids, metadata.output_token_ids)
+        logits = apply_min_tokens(logits, metadata.masked_stop_token_ids)
+        logits = apply_logit_bias(logits, metadata.logit_bias)
         if not metadata.no_penalties:
             logits = apply_penalties(logits, metadata.prompt_token_mask, metadata.output_bin_counts,
                                      metadata.presence_penalties, metadata.frequency_penalties,

@@ -6,9 +6,9 @@ import torch
 from torch import nn
 from fastcore.basics import patch
 from ..sampling_params import SamplingParams
-from ..worker.gpu_input_batch import InputBatch, to_device
+from ..worker.gpu_input_batch import CachedRequestState, InputBatch, to_device
 from ..core.sched.output import LogprobsLists
-__all__ = ['SamplingMetadata', 'make_sampling_metadata', 'apply_min_tokens', 'apply_penalties', 'apply_min_p', 'apply_top_k_top_p', 'random_sample', 'LogprobsTensors', 'gather_logprobs', 'SamplerOutput', 'Sampler']
+__all__ = ['SamplingMetadata', 'make_sampling_metadata', 'apply_min_tokens', 'logits_processor_rows', 'apply_allowed_token_ids', 'apply_bad_words', 'apply_logit_bias', 'apply_penalties', 'apply_min_p', 'apply_top_k_top_p', 'random_sample', 'LogprobsTensors', 'gather_logprobs', 'SamplerOutput', 'Sampler']
 _GREEDY_EPS = 1e-05
 
 @dataclass
@@ -30,6 +30,10 @@ class SamplingMetadata:
     repetition_penalties: torch.Tensor | None = None
     output_bin_counts: torch.Tensor | None = None
     prompt_token_mask: torch.Tensor | None = None
+    logit_bias: dict[int, dict[int, float]] = field(default_factory=dict)
+    allowed_token_ids: dict[int, list[int]] = field(default_factory=dict)
+    bad_words_token_ids: dict[int, list[list[int]]] = field(default_factory=dict)
+    output_token_ids: dict[int, list[int]] = field(default_factory=dict)
 
     @property
     def is_greedy(self) -> torch.Tensor:
@@ -37,7 +41,7 @@ class SamplingMetadata:
         ...
 
 @patch(cls_method=True)
-def from_arrays(cls: SamplingMetadata, temperature, top_p=None, top_k=None, min_p=None, *, generators=None, masked_stop_token_ids=None, max_num_logprobs=None, presence_penalties=None, frequency_penalties=None, repetition_penalties=None, output_bin_counts=None, prompt_token_mask=None, device='cpu') -> SamplingMetadata:
+def from_arrays(cls: SamplingMetadata, temperature, top_p=None, top_k=None, min_p=None, *, generators=None, masked_stop_token_ids=None, max_num_logprobs=None, presence_penalties=None, frequency_penalties=None, repetition_penalties=None, output_bin_counts=None, prompt_token_mask=None, logit_bias=None, allowed_token_ids=None, bad_words_token_ids=None, output_token_ids=None, device='cpu') -> SamplingMetadata:
     """Metadata from per-row host arrays; every flag is computed here, on the host."""
     ...
 
@@ -52,6 +56,31 @@ def make_sampling_metadata(input_batch: InputBatch, discard_request_indices=(), 
 
 def apply_min_tokens(logits: torch.Tensor, masked_stop_token_ids: dict[int, set[int]]) -> torch.Tensor:
     """Set the logits of each listed row's stop ids to -inf, in place."""
+    ...
+
+def _uses_logits_processor(sp: SamplingParams | None) -> bool:
+    ...
+_input_batch_add_request = getattr(InputBatch.add_request, '__wrapped__', InputBatch.add_request)
+InputBatch.add_request.__wrapped__ = _input_batch_add_request
+
+def logits_processor_rows(input_batch: InputBatch) -> dict:
+    """Per-row `logit_bias`, `allowed_token_ids`, `bad_words_token_ids` and outputs of the batch."""
+    ...
+
+def _index(pairs, device):
+    """Row and column index tensors of (row, token) pairs."""
+    ...
+
+def apply_allowed_token_ids(logits: torch.Tensor, allowed: dict[int, list[int]]) -> torch.Tensor:
+    """Set every logit outside each listed row's allowed ids to -inf, in place."""
+    ...
+
+def apply_bad_words(logits: torch.Tensor, bad_words_token_ids: dict[int, list[list[int]]], past_tokens_ids: dict[int, list[int]]) -> torch.Tensor:
+    """Ban the last token of every bad word whose other tokens end the output (vLLM's rule)."""
+    ...
+
+def apply_logit_bias(logits: torch.Tensor, logit_bias: dict[int, dict[int, float]]) -> torch.Tensor:
+    """Add each listed row's bias to its tokens' logits, in place (vLLM's LogitBiasLogitsProcessor)."""
     ...
 
 def apply_penalties(logits: torch.Tensor, prompt_token_mask: torch.Tensor, output_bin_counts: torch.Tensor, presence_penalties: torch.Tensor, frequency_penalties: torch.Tensor, repetition_penalties: torch.Tensor) -> torch.Tensor:

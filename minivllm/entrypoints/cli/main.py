@@ -4,7 +4,7 @@
 
 # %% ../../../nbs/27_cli.ipynb #7b8938fc
 from __future__ import annotations
-import argparse, json, random, time
+import argparse, inspect, json, random, re, time
 from dataclasses import fields
 from typing import TYPE_CHECKING
 import numpy as np
@@ -14,11 +14,32 @@ from ...sampling_params import SamplingParams
 if TYPE_CHECKING: from minivllm.entrypoints.llm import LLM
 
 # %% auto #0
-__all__ = ['LATENCY_PERCENTILES', 'add_engine_args', 'engine_args_from', 'add_sampling_args', 'sampling_params_from',
-           'build_parser', 'generate', 'save_timeline', 'serve', 'random_token_prompts', 'bench_throughput',
+__all__ = ['HUMAN_READABLE', 'LATENCY_PERCENTILES', 'human_readable_int', 'human_readable_int_or_auto', 'add_engine_args',
+           'engine_args_from', 'add_sampling_args', 'sampling_params_from', 'build_parser', 'generate', 'save_timeline',
+           'serve_options', 'serve', 'random_token_prompts', 'bench_sampling_params', 'bench_throughput',
            'bench_latency', 'main']
 
 # %% ../../../nbs/27_cli.ipynb #428d771f
+def human_readable_int(value: str) -> int:
+    "vLLM's integer flags: `4k` = 4,000, `4K` = 4,096 (also m/M, g/G, t/T), or a plain number."
+    value = value.strip()
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmMgGtT])", value)
+    if not m: return int(value)
+    number, suffix = m.groups()
+    if suffix.islower(): return int(float(number) * 10 ** (3 * "kmgt".index(suffix) + 3))
+    if "." in number:
+        raise argparse.ArgumentTypeError(f"decimals are not allowed with binary suffixes like "
+                                         f"{suffix}; did you mean {number}{suffix.lower()}?")
+    return int(number) * 2 ** (10 * "KMGT".index(suffix) + 10)
+
+def human_readable_int_or_auto(value: str) -> int | None:
+    "`--max-model-len`: a `human_readable_int`, or `auto` / -1 for the default."
+    return None if value.strip().lower() in ("auto", "-1") else human_readable_int(value)
+
+HUMAN_READABLE = {"max_model_len": human_readable_int_or_auto,
+                  "max_num_batched_tokens": human_readable_int,
+                  "kv_cache_memory_bytes": human_readable_int}
+
 def _flag_type(annotation: str):
     "The argparse type of an `EngineArgs` field, from its annotation (`int | None` -> int)."
     for name, t in (("bool", None), ("int", int), ("float", float)):
@@ -29,7 +50,7 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     "One flag per `EngineArgs` field, with vLLM's spelling (`--max-num-seqs`), default and help."
     group = parser.add_argument_group("engine options (EngineArgs)")
     for f in fields(EngineArgs):
-        flag, t = "--" + f.name.replace("_", "-"), _flag_type(f.type)
+        flag, t = "--" + f.name.replace("_", "-"), HUMAN_READABLE.get(f.name, _flag_type(f.type))
         kind = dict(action=argparse.BooleanOptionalAction) if t is None else dict(type=t)
         group.add_argument(flag, default=f.default, help=f.metadata["help"], **kind)
 
@@ -72,11 +93,15 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--raw", action="store_true", help="plain completion, no chat template")
     gen.add_argument("--timeline", metavar="PNG", default=None, help="save the run's timeline here")
     add_sampling_args(gen)
-    serve = sub.add_parser("serve", help="OpenAI-compatible HTTP server (FastAPI + uvicorn)")
+    serve = sub.add_parser("serve", help="OpenAI-compatible HTTP server (FastAPI + uvicorn)",
+                           usage="minivllm serve [model_tag] [options]")
+    serve.add_argument("model_tag", nargs="?", default=None,
+                       help="the model folder (vLLM's positional; --model works too)")
     serve.add_argument("--host", default="127.0.0.1", help="interface to listen on")
     serve.add_argument("--port", type=int, default=8000)
-    serve.add_argument("--served-model-name", default=None,
+    serve.add_argument("--served-model-name", nargs="+", default=None,
                        help="model name clients use (default: the folder's)")
+    serve.add_argument("--api-key", default=None, help="require this key (Bearer token)")
     bench = sub.add_parser("bench", help="offline benchmarks")
     bench = bench.add_subparsers(dest="bench", required=True)
     thr = bench.add_parser("throughput", help="requests and tokens per second on random prompts")
@@ -122,11 +147,30 @@ def save_timeline(llm: LLM, path: str) -> None:
     print(f"timeline saved to {path}")
 
 # %% ../../../nbs/27_cli.ipynb #o17d06
+def serve_options(args: argparse.Namespace) -> tuple[dict, dict]:
+    "The server's options and the engine's, from `minivllm serve`'s flags (vLLM's rules)."
+    if args.model_tag is not None:          # vLLM: the positional model wins over --model
+        if args.model not in (None, args.model_tag):
+            raise SystemExit(f"minivllm serve: two models given, {args.model_tag!r} and "
+                             f"--model {args.model!r}")
+        args.model = args.model_tag
+    names = args.served_model_name or []
+    if len(names) > 1:
+        raise SystemExit("minivllm serve: one --served-model-name only (vLLM takes several "
+                         "aliases; run vllm serve for that)")
+    engine = vars(engine_args_from(args))
+    server = dict(model=engine.pop("model"), host=args.host, port=args.port,
+                  model_name=names[0] if names else None)
+    if args.api_key is not None: server["api_key"] = args.api_key
+    return server, engine
+
 def serve(args: argparse.Namespace) -> None:
     "Run `minivllm serve`: the server's modules are imported only now."
     from minivllm.entrypoints.openai.api_server import serve as run_server
-    engine = vars(engine_args_from(args))
-    run_server(engine.pop("model"), args.host, args.port, args.served_model_name, **engine)
+    server, engine = serve_options(args)
+    if "api_key" in server and "api_key" not in inspect.signature(run_server).parameters:
+        raise SystemExit("minivllm serve: --api-key is not supported by this server yet")
+    run_server(**server, **engine)
 
 # %% ../../../nbs/27_cli.ipynb #0644b9fb
 def random_token_prompts(llm: LLM, num_prompts: int, input_len: int, seed: int) -> list[list[int]]:
@@ -134,13 +178,17 @@ def random_token_prompts(llm: LLM, num_prompts: int, input_len: int, seed: int) 
     rng, vocab_size = random.Random(seed), llm.engine_core.info["vocab_size"]
     return [[rng.randrange(vocab_size) for _ in range(input_len)] for _ in range(num_prompts)]
 
+def bench_sampling_params(output_len: int) -> SamplingParams:
+    "What vLLM's benches sample with: temperature 1.0, top-p 1.0, exactly `output_len` tokens."
+    return SamplingParams(temperature=1.0, top_p=1.0, ignore_eos=True, max_tokens=output_len)
+
 def bench_throughput(args: argparse.Namespace) -> dict:
     "`bench throughput`: one `generate` call over random prompts; prints vLLM's throughput line."
     from minivllm.entrypoints.llm import LLM
     llm = LLM(**vars(engine_args_from(args)))
     prompts = random_token_prompts(llm, args.num_prompts, args.input_len, args.seed)
     llm.generate(prompts[:2], SamplingParams(temperature=0, max_tokens=4), use_tqdm=False)  # warm
-    sp = SamplingParams(temperature=0, max_tokens=args.output_len, ignore_eos=True)
+    sp = bench_sampling_params(args.output_len)
     start = time.perf_counter()
     outputs = llm.generate(prompts, sp, use_tqdm=False)
     elapsed = time.perf_counter() - start
@@ -163,7 +211,7 @@ def bench_latency(args: argparse.Namespace) -> dict:
     from minivllm.entrypoints.llm import LLM
     llm = LLM(**vars(engine_args_from(args)))
     prompts = random_token_prompts(llm, args.batch_size, args.input_len, args.seed)
-    sp = SamplingParams(temperature=0, max_tokens=args.output_len, ignore_eos=True)
+    sp = bench_sampling_params(args.output_len)
     def run() -> float:
         start = time.perf_counter(); llm.generate(prompts, sp, use_tqdm=False)
         return time.perf_counter() - start

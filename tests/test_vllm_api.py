@@ -1,0 +1,399 @@
+"""Nothing silently different from vLLM (issue 20), outside the HTTP server: prompts as `LLM.generate` takes
+them, the model's generation config, `SamplingParams`' fields and bounds, output kinds, metrics, `LLM`'s
+options and the CLI's flags.
+
+Where vLLM's own code runs on a CPU (SamplingParams, prompt parsing, generation-config reading) the expected
+answers come from vLLM itself, run in /tmp/oracle/venv (vLLM 0.33) when that venv exists; the tests that need
+it are skipped elsewhere. The rest states vLLM 0.33's documented behaviour, with the source file it comes
+from."""
+import gc
+import json
+import math
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from minivllm.engine.arg_utils import EngineArgs
+from minivllm.engine.core import get_diff_sampling_param, try_get_generation_config
+from minivllm.engine.output_processor import OutputProcessor
+from minivllm.entrypoints.cli.main import (bench_sampling_params, build_parser, engine_args_from,
+                                           human_readable_int, serve_options)
+from minivllm.entrypoints.llm import LLM, parse_prompts
+from minivllm.core.sched.output import EngineCoreOutput
+from minivllm.metrics.reader import Counter, Gauge, Histogram
+from minivllm.outputs import RequestOutputKind
+from minivllm.request import Request
+from minivllm.sample.sampler import Sampler, SamplingMetadata
+from minivllm.sampling_params import SamplingParams
+from minivllm.testing.tiny_models import make_tiny_model
+
+ORACLE_PYTHON = Path("/tmp/oracle/venv/bin/python")
+GENERATION_CONFIG = {"eos_token_id": [0, 9, 11], "temperature": 0.6, "top_p": 0.9, "top_k": 20,
+                     "repetition_penalty": 1.05, "max_new_tokens": 64, "do_sample": True}
+
+# (kwargs, the field a refusal must name); "inf"/"nan" are sent to vLLM as floats
+SAMPLING_CASES = [
+    (dict(seed=-1), "seed"), (dict(seed=None), "seed"), (dict(seed=3), "seed"),
+    (dict(temperature="inf"), "temperature"), (dict(temperature="nan"), "temperature"),
+    (dict(temperature=-1.0), "temperature"), (dict(temperature=2.5), "temperature"),
+    (dict(temperature=2.0), "temperature"), (dict(temperature=0.005), "temperature"),
+    (dict(temperature=0, top_p=0.5, top_k=3), "top_p"), (dict(top_k=-1), "top_k"),
+    (dict(top_k=-2), "top_k"), (dict(top_k=0), "top_k"), (dict(top_p=0.0), "top_p"),
+    (dict(top_p=1.5), "top_p"), (dict(min_p=1.5), "min_p"), (dict(n=0), "n"), (dict(n=16385), "n"),
+    (dict(n=2, temperature=0), "n"), (dict(presence_penalty=2.5), "presence_penalty"),
+    (dict(frequency_penalty=-2.5), "frequency_penalty"), (dict(repetition_penalty=0.0), "repetition"),
+    (dict(repetition_penalty="inf"), "repetition_penalty"), (dict(max_tokens=0), "max_tokens"),
+    (dict(max_tokens=None), "max_tokens"), (dict(min_tokens=5, max_tokens=2), "min_tokens"),
+    (dict(min_tokens=-1), "min_tokens"), (dict(stop=[""]), "stop"), (dict(bad_words=[""]), "bad_words"),
+    (dict(prompt_logprobs=-2), "prompt_logprobs"), (dict(logprobs=-2), "logprobs"),
+]
+# vLLM 0.33 accepts these, minivllm refuses them loudly (documented differences, never silent):
+# logprobs=-1 / prompt_logprobs=-1 ("the whole vocabulary") is not supported.
+STRICTER = [dict(logprobs=-1), dict(prompt_logprobs=-1)]
+
+PROMPT_CASES = ["Hi", ["a", "b"], [1, 2, 3], [[1, 2], [3]], {"prompt": "x"}, {"prompt_token_ids": [4, 5]},
+                [{"prompt": "a"}, "b", {"prompt_token_ids": [5]}, [6, 7]], 42, {"foo": 1}, {"prompt": 5},
+                [1.5], [["a"]]]
+
+ORACLE = textwrap.dedent('''
+    import json, sys, types
+    from vllm.sampling_params import SamplingParams, RequestOutputKind
+    from vllm.renderers.inputs.preprocess import prompt_to_seq, parse_dec_only_prompt
+    from vllm.config.model import ModelConfig
+    cases = json.loads(sys.argv[1])
+    out = {"sp": [], "prompts": [], "kinds": {k.name: k.value for k in RequestOutputKind}}
+    for kw in cases["sp"]:
+        kw = {k: float(v) if v in ("inf", "nan") else v for k, v in kw.items()}
+        try:
+            sp = SamplingParams(**kw)
+            out["sp"].append({"ok": True, **{f: getattr(sp, f) for f in cases["fields"]},
+                              "output_kind": sp.output_kind.name})
+        except Exception as e:
+            out["sp"].append({"ok": False, "error": type(e).__name__, "message": str(e)})
+    for p in cases["prompts"]:
+        try:
+            parsed = [dict(parse_dec_only_prompt(x)) for x in prompt_to_seq(p)]
+            out["prompts"].append({"ok": True, "parsed": parsed})
+        except Exception as e:
+            out["prompts"].append({"ok": False, "error": type(e).__name__})
+    ns = types.SimpleNamespace(generation_config="auto", override_generation_config={},
+                               model=cases["folder"], hf_config_path=None, trust_remote_code=False,
+                               _hf_config_revision=None, revision=None, code_revision=None,
+                               config_format="auto", hf_token=None)
+    ns.try_get_generation_config = lambda: ModelConfig.try_get_generation_config(ns)
+    gen = ModelConfig.try_get_generation_config(ns)
+    out["defaults"] = ModelConfig.get_diff_sampling_param(ns)
+    ns.generation_config = "vllm"
+    out["defaults_vllm"] = ModelConfig.get_diff_sampling_param(ns)
+    sp = SamplingParams(stop_token_ids=[7])
+    sp.update_from_generation_config(gen, 0)
+    out["stop_token_ids"] = sorted(sp.stop_token_ids)
+    print("ORACLE" + json.dumps(out))
+''')
+SP_FIELDS = ["seed", "temperature", "top_p", "top_k", "min_p", "max_tokens", "n"]
+
+
+@pytest.fixture(scope="module")
+def tiny_path(tmp_path_factory):
+    "A tiny checkpoint whose generation_config.json reads like Qwen's, with two extra EOS ids."
+    path = make_tiny_model(tmp_path_factory.mktemp("tiny") / "tiny")
+    (path / "generation_config.json").write_text(json.dumps(GENERATION_CONFIG))
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_path):
+    return LLM(tiny_path, num_gpu_blocks_override=64, max_model_len=256, enforce_eager=True,
+               disable_log_stats=False)
+
+
+@pytest.fixture(scope="module")
+def oracle(tiny_path, tmp_path_factory):
+    "vLLM 0.33's own answers, computed once in its venv."
+    if not ORACLE_PYTHON.exists(): pytest.skip("no vLLM venv at /tmp/oracle/venv")
+    cases = dict(sp=[kw for kw, _ in SAMPLING_CASES] + STRICTER, prompts=PROMPT_CASES,
+                 folder=str(tiny_path), fields=SP_FIELDS)
+    run = subprocess.run([str(ORACLE_PYTHON), "-c", ORACLE, json.dumps(cases)], capture_output=True,
+                         text=True, timeout=600, cwd=tmp_path_factory.mktemp("oracle"))
+    line = next((l for l in run.stdout.splitlines() if l.startswith("ORACLE")), None)
+    assert line is not None, run.stderr[-3000:]
+    return json.loads(line.removeprefix("ORACLE"))
+
+
+def ours(kwargs):
+    kwargs = {k: float(v) if v in ("inf", "nan") else v for k, v in kwargs.items()}
+    return SamplingParams(**kwargs)
+
+
+# ---------------------------------------------------------------- SamplingParams against vLLM itself
+
+def test_sampling_params_accept_and_refuse_what_vllm_does(oracle):
+    for (kwargs, field), theirs in zip(SAMPLING_CASES, oracle["sp"]):
+        if not theirs["ok"]:
+            with pytest.raises(ValueError, match=field): ours(kwargs)
+            continue
+        sp = ours(kwargs)
+        for f in SP_FIELDS:
+            want = theirs[f]
+            if f == "top_k" and want == -1: want = 0        # both mean "no top-k"; we store 0
+            assert getattr(sp, f) == want, (kwargs, f, getattr(sp, f), want)
+        assert sp.output_kind.name == theirs["output_kind"] == "CUMULATIVE"
+
+
+def test_the_stricter_cases_are_loud_and_only_those(oracle):
+    for kwargs, theirs in zip(STRICTER, oracle["sp"][len(SAMPLING_CASES):]):
+        assert theirs["ok"]                                      # vLLM accepts ...
+        with pytest.raises(ValueError, match=next(iter(kwargs))): SamplingParams(**kwargs)   # ... we say so
+
+
+def test_request_output_kind_is_vllms(oracle):
+    assert {k.name: k.value for k in RequestOutputKind} == oracle["kinds"]
+    assert SamplingParams().output_kind is RequestOutputKind.CUMULATIVE
+
+
+def test_every_bad_value_names_its_field_with_a_value_error():
+    "What the server relies on: a ValueError naming the field, whatever the wrong type."
+    for field, bad in [("temperature", "hot"), ("top_p", None), ("top_k", 1.5), ("n", "2"), ("seed", 1.5),
+                       ("logit_bias", {"x": 1.0}), ("logit_bias", {1: float("nan")}),
+                       ("allowed_token_ids", [-1]), ("output_kind", "delta"), ("stop_token_ids", [-3]),
+                       ("max_tokens", 2.5), ("presence_penalty", "a")]:
+        with pytest.raises(ValueError, match=field): SamplingParams(**{field: bad})
+
+
+def test_from_optional_treats_null_as_the_default():
+    sp = SamplingParams.from_optional(temperature=None, top_p=None, n=None, max_tokens=None, seed=None)
+    assert (sp.temperature, sp.top_p, sp.n, sp.max_tokens, sp.seed) == (1.0, 1.0, 1, None, None)
+
+
+# ---------------------------------------------------------------- prompts
+
+def test_prompt_forms_parse_as_vllm_parses_them(oracle):
+    for prompt, theirs in zip(PROMPT_CASES, oracle["prompts"]):
+        if not theirs["ok"]:
+            with pytest.raises(TypeError, match="TokensPrompt|prompt_token_ids|TextPrompt"):
+                parse_prompts(prompt)
+            continue
+        if not theirs["parsed"]: continue
+        want = [{"prompt": p.get("prompt"), "prompt_token_ids": p.get("prompt_token_ids")}
+                for p in theirs["parsed"]]
+        assert parse_prompts(prompt) == want, prompt
+
+
+def test_an_empty_prompt_list_is_an_error_not_an_empty_result():
+    "vLLM returns [] for `generate([])`; minivllm refuses (a documented difference, never silent)."
+    with pytest.raises(ValueError, match="at least one prompt"): parse_prompts([])
+
+
+def test_llm_generate_takes_every_form_and_echoes_the_ids(tiny):
+    greedy = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
+    outs = tiny.generate([[5, 6, 7], {"prompt_token_ids": [5, 6, 7]},
+                          {"prompt_token_ids": [5, 6, 7], "prompt": "five six seven"}], greedy, use_tqdm=False)
+    assert [o.prompt_token_ids for o in outs] == [[5, 6, 7]] * 3
+    assert [o.prompt for o in outs] == [None, None, "five six seven"]
+    assert len({tuple(o.outputs[0].token_ids) for o in outs}) == 1
+    single = tiny.generate({"prompt_token_ids": [5, 6, 7]}, greedy, use_tqdm=False)   # one dict: one prompt
+    assert len(single) == 1 and single[0].outputs[0].token_ids == outs[0].outputs[0].token_ids
+    with pytest.raises(TypeError, match="multi_modal_data"):
+        tiny.generate({"prompt_token_ids": [1], "multi_modal_data": {}}, greedy)
+    assert not tiny.engine_core.scheduler.has_unfinished_requests()
+
+
+# ---------------------------------------------------------------- generation_config.json
+
+def test_generation_config_defaults_equal_vllms(oracle, tiny_path):
+    found = try_get_generation_config(tiny_path)
+    assert get_diff_sampling_param(found) == oracle["defaults"]
+    assert get_diff_sampling_param(found, "vllm") == oracle["defaults_vllm"] == {}
+    sp = SamplingParams(stop_token_ids=[7])
+    sp.update_from_generation_config(found, 0)
+    assert sorted(sp.stop_token_ids) == oracle["stop_token_ids"]
+
+
+def test_llm_uses_the_models_defaults_and_extra_eos(tiny):
+    d = tiny.get_default_sampling_params()
+    assert (d.temperature, d.top_p, d.top_k, d.repetition_penalty, d.max_tokens) == (0.6, 0.9, 20, 1.05, 64)
+    ended = tiny.generate([[1, 2]], SamplingParams(temperature=0, logit_bias={9: 100.0}),
+                          use_tqdm=False)[0].outputs[0]
+    assert (ended.token_ids, ended.finish_reason, ended.stop_reason) == ([9], "stop", 9)
+    ignored = tiny.generate([[1, 2]], SamplingParams(temperature=0, max_tokens=3, ignore_eos=True,
+                                                     logit_bias={9: 100.0}), use_tqdm=False)[0].outputs[0]
+    assert (ignored.token_ids, ignored.finish_reason) == ([9, 9, 9], "length")
+    default = tiny.generate([[1, 2]], use_tqdm=False)[0].outputs[0]       # the model's max_tokens: 64
+    assert len(default.token_ids) == 64 or default.finish_reason == "stop"
+
+
+def test_generation_config_vllm_ignores_the_sampling_defaults(tiny_path):
+    llm = LLM(tiny_path, num_gpu_blocks_override=16, max_model_len=64, enforce_eager=True,
+              generation_config="vllm")
+    assert llm.get_default_sampling_params() == SamplingParams()
+    ended = llm.generate([[1, 2]], SamplingParams(temperature=0, logit_bias={11: 100.0}),
+                         use_tqdm=False)[0].outputs[0]
+    assert ended.stop_reason == 11          # vLLM still stops at the file's EOS ids
+
+
+# ---------------------------------------------------------------- logits processors, seed, max_tokens=None
+
+def test_logit_bias_and_allowed_token_ids_in_a_mixed_batch(tiny):
+    sps = [SamplingParams(temperature=0, max_tokens=5, ignore_eos=True, logit_bias={42: 100.0}),
+           SamplingParams(temperature=1.0, max_tokens=5, ignore_eos=True, allowed_token_ids=[7, 8], seed=1),
+           SamplingParams(temperature=0, max_tokens=5, ignore_eos=True),
+           SamplingParams(temperature=0, max_tokens=5, ignore_eos=True, logit_bias={1: -1e9, 42: 3.0})]
+    outs = [o.outputs[0].token_ids for o in tiny.generate([[3, 4, 5]] * 4, sps, use_tqdm=False)]
+    assert outs[0] == [42] * 5 and set(outs[1]) <= {7, 8}
+    plain = tiny.generate([[3, 4, 5]], sps[2], use_tqdm=False)[0].outputs[0].token_ids
+    assert outs[2] == plain                            # its neighbours' processors did not leak into it
+    assert 1 not in outs[3]
+
+
+def test_processor_ids_outside_the_vocabulary_are_refused(tiny):
+    vocab = tiny.engine_core.info["vocab_size"]
+    for kw in [dict(logit_bias={vocab: 1.0}), dict(allowed_token_ids=[vocab])]:
+        with pytest.raises(ValueError, match=next(iter(kw))): tiny.generate([[1]], SamplingParams(**kw))
+    with pytest.raises(ValueError, match="bad_words need a tokenizer"):
+        tiny.generate([[1]], SamplingParams(bad_words=["x"]))
+    with pytest.raises(ValueError, match="max allowed: 20"): tiny.generate([[1]], SamplingParams(logprobs=21))
+
+
+def test_seed_minus_one_is_random_and_a_seed_repeats(tiny):
+    def sample(seed):
+        sp = SamplingParams(temperature=1.0, max_tokens=16, ignore_eos=True, seed=seed)
+        return tuple(tiny.generate([[3, 4]], sp, use_tqdm=False)[0].outputs[0].token_ids)
+    assert sample(5) == sample(5)
+    assert len({sample(-1) for _ in range(3)}) > 1    # vLLM: -1 means unseeded
+
+
+def test_max_tokens_none_fills_the_model_length(tiny):
+    out = tiny.generate([[3, 4]], SamplingParams(temperature=0, max_tokens=None, ignore_eos=True),
+                        use_tqdm=False)[0].outputs[0]
+    assert len(out.token_ids) == tiny.max_model_len - 2 and out.finish_reason == "length"
+
+
+def test_bad_words_through_the_tokenizer():
+    "vLLM's rule: each word banned with and without a leading space (`update_from_tokenizer`)."
+    llm = LLM(num_gpu_blocks_override=64, max_model_len=256, enforce_eager=True)
+    tok = llm.get_tokenizer()
+    text = "The capital of France is"
+    plain = llm.generate(text, SamplingParams(temperature=0, max_tokens=8), use_tqdm=False)[0].outputs[0]
+    assert "Paris" in plain.text
+    sp = SamplingParams(temperature=0, max_tokens=8, bad_words=["Paris"])
+    banned = llm.generate(text, sp, use_tqdm=False)[0].outputs[0]
+    assert "Paris" not in banned.text
+    assert sp.bad_words_token_ids is None          # the caller's params are not changed
+    copy = SamplingParams(bad_words=["Paris"]); copy.update_from_tokenizer(tok)
+    assert copy.bad_words_token_ids == [tok.encode("Paris"), tok.encode(" Paris")]
+
+
+def test_the_sampler_copies_logits_only_when_it_must():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Clones(TorchDispatchMode):
+        count = 0
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func is torch.ops.aten.clone.default: Clones.count += 1
+            return func(*args, **(kwargs or {}))
+    logits = torch.randn(3, 50)
+    md = SamplingMetadata.from_params([SamplingParams(temperature=0)] * 3)
+    with Clones(): Sampler()(logits, md)
+    assert Clones.count == 0
+    before = logits.clone()
+    md = SamplingMetadata.from_params([SamplingParams(temperature=0, logit_bias={1: 5.0})] * 3)
+    with Clones(): Sampler()(logits, md)
+    assert Clones.count == 1 and torch.equal(logits, before)   # the caller's logits are untouched
+
+
+# ---------------------------------------------------------------- output kinds, metrics
+
+def test_output_kind_is_read_from_sampling_params():
+    class Bytes:
+        eos_token_id = 256
+        def decode(self, ids, skip_special_tokens=True): return bytes(i for i in ids if i < 256).decode()
+    reports = {}
+    for kind in RequestOutputKind:
+        op = OutputProcessor(Bytes())
+        op.add_request(Request("r", [81], SamplingParams(output_kind=kind)), "Q")
+        steps = [EngineCoreOutput("r", [97]), EngineCoreOutput("r", [98], finish_reason="length")]
+        reports[kind.name] = [o.outputs[0].text for s in steps for o in op.process_outputs([s]).request_outputs]
+    assert reports == {"CUMULATIVE": ["a", "ab"], "DELTA": ["a", "b"], "FINAL_ONLY": ["ab"]}
+
+
+def test_request_output_metrics_are_ordered_times(tiny):
+    out = tiny.generate([[3, 4]], SamplingParams(temperature=0, max_tokens=4, ignore_eos=True),
+                        use_tqdm=False)[0]
+    m = out.metrics
+    assert m.num_generation_tokens == 4 and m.arrival_time > 0 and m.first_token_latency > 0
+    assert 0 < m.queued_ts <= m.scheduled_ts <= m.first_token_ts <= m.last_token_ts
+
+
+def test_get_metrics_uses_vllms_names_and_counts(tiny):
+    before = {(m.name, m.labels.get("finished_reason")): m for m in tiny.get_metrics()}
+    tiny.generate([[3, 4, 5], [6, 7]], SamplingParams(temperature=0, max_tokens=6, ignore_eos=True),
+                  use_tqdm=False)
+    after = {(m.name, m.labels.get("finished_reason")): m for m in tiny.get_metrics()}
+    delta = lambda name, reason=None: after[name, reason].value - before[name, reason].value
+    assert delta("vllm:generation_tokens") == 12 and delta("vllm:prompt_tokens") == 5
+    assert delta("vllm:request_success", "length") == 2
+    assert delta("vllm:prefix_cache_queries") >= 5
+    for name in ["vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc"]:
+        assert isinstance(after[name, None], Gauge)
+    ttft = after["vllm:time_to_first_token_seconds", None]
+    assert isinstance(ttft, Histogram) and ttft.count - before[ttft.name, None].count == 2
+    assert list(ttft.buckets)[-1] == "+Inf" and ttft.buckets["+Inf"] == ttft.count
+    assert after["vllm:inter_token_latency_seconds", None].count - \
+        before["vllm:inter_token_latency_seconds", None].count == 10
+    assert isinstance(after["vllm:num_preemptions", None], Counter)
+    assert all(m.labels["model_name"] == tiny.model_path.name for m in after.values())
+
+
+def test_metrics_are_off_by_default_as_in_vllm(tiny_path):
+    llm = LLM(tiny_path, num_gpu_blocks_override=16, max_model_len=64, enforce_eager=True)
+    with pytest.raises(RuntimeError, match="disable_log_stats=False"): llm.get_metrics()
+
+
+# ---------------------------------------------------------------- LLM options, engine start-up
+
+def test_llm_options_with_vllms_names(tiny_path):
+    with pytest.raises(ValueError, match="vllm serve"): EngineArgs(tensor_parallel_size=2)
+    assert EngineArgs(tensor_parallel_size=1).tensor_parallel_size == 1
+    assert EngineArgs(num_gpu_blocks=12).num_gpu_blocks_override == 12     # the old name still works
+    assert EngineArgs().max_logprobs == 20 and EngineArgs().seed == 0       # vLLM's defaults
+    llm = LLM(tiny_path, num_gpu_blocks_override=16, max_model_len=64, enforce_eager=True, seed=None,
+              tokenizer=str(tiny_path), trust_remote_code=False, max_logprobs=2)
+    assert llm.cache_config.num_gpu_blocks == 16
+    with pytest.raises(ValueError, match="max allowed: 2"): llm.generate([[1]], SamplingParams(logprobs=3))
+    assert gc.get_freeze_count() > 0                                         # vLLM freezes after start-up
+
+
+def test_reset_prefix_cache(tiny):
+    sp = SamplingParams(temperature=0, max_tokens=2)
+    prompt = [list(range(1, 40))]
+    tiny.generate(prompt, sp, use_tqdm=False)
+    assert tiny.generate(prompt, sp, use_tqdm=False)[0].num_cached_tokens == 32
+    assert tiny.reset_prefix_cache() is True
+    assert tiny.generate(prompt, sp, use_tqdm=False)[0].num_cached_tokens == 0
+
+
+# ---------------------------------------------------------------- the CLI a vLLM user types
+
+def test_cli_takes_vllms_flags_and_value_forms():
+    assert [human_readable_int(v) for v in ["4k", "4K", "25.6k", "1M", "300"]] == [4000, 4096, 25600, 2**20, 300]
+    args = build_parser().parse_args(["serve", "/models/qwen", "--max-model-len", "4k",
+                                      "--num-gpu-blocks-override", "64", "--served-model-name", "qwen",
+                                      "--max-logprobs", "5", "--generation-config", "vllm",
+                                      "--tensor-parallel-size", "1", "--api-key", "k"])
+    server, engine = serve_options(args)
+    assert server == dict(model="/models/qwen", host="127.0.0.1", port=8000, model_name="qwen", api_key="k")
+    assert (engine["max_model_len"], engine["num_gpu_blocks_override"], engine["max_logprobs"],
+            engine["generation_config"]) == (4000, 64, 5, "vllm")
+    old = build_parser().parse_args(["serve", "--model", "/m"])              # --model is kept
+    assert serve_options(old)[0]["model"] == "/m"
+    with pytest.raises(ValueError, match="vllm serve"):
+        engine_args_from(build_parser().parse_args(["serve", "m", "--tensor-parallel-size", "2"]))
+
+
+def test_bench_samples_like_vllms_benches():
+    "vllm/benchmarks/throughput.py and latency.py: temperature 1.0, top_p 1.0, ignore_eos."
+    sp = bench_sampling_params(32)
+    assert (sp.temperature, sp.top_p, sp.ignore_eos, sp.max_tokens) == (1.0, 1.0, True, 32)
