@@ -24,8 +24,9 @@ export: install
 	$(PY) tools/export.py
 
 ## test: library in sync with the notebooks, notebooks clean, every notebook (executed once: the
-## notebook tests and the site's outputs), tests/, then the docs site, checked in a browser
-test: install sync-check nbtest pytest docs-check
+## notebook tests and the site's outputs), tests/, then the docs site, checked in a browser, then
+## the GPU check's dry run in the device image's versions
+test: install sync-check nbtest pytest docs-check gpu-rehearsal
 
 sync-check: install
 	@tmp=$$(mktemp -d) && cp -r minivllm nbs $$tmp/ && \
@@ -61,11 +62,16 @@ vllm-env: $(VLLM_VENV)/.installed
 $(VLLM_VENV)/.installed: tests/vllm_env/setup.sh tests/vllm_env/requirements.txt requirements.txt
 	VLLM_VENV=$(VLLM_VENV) bash tests/vllm_env/setup.sh
 
-## gpu-check: the GPU check of issue 11 on this machine's GPU (bench/GPU_CHECK.md); `make test`
-## runs its dry run (tests/test_gpu_check.py: every stage at toy size on the CPU)
-.PHONY: gpu-check
+## gpu-check: the GPU check of issues 11 and 21 on this machine's GPU (bench/GPU_CHECK.md)
+.PHONY: gpu-check gpu-rehearsal
 gpu-check:
 	bash bench/gpu_check.sh
+
+## gpu-rehearsal: its dry run on the CPU in the device image's versions (Triton 3.6, transformers
+## 5.17, fastcore from the carried wheel, the project on PYTHONPATH only; venv in build/gpu-rehearsal),
+## every kernel configuration compiled for sm_90 with Triton 3.6; fails when any stage fails
+gpu-rehearsal:
+	bash bench/gpu_rehearsal.sh
 
 ## docs: render the site offline (Sphinx + myst-nb) into docs/_build/html, from the notebooks
 ## `nbtest` just executed (a quick preview from the outputs saved in nbs/: bash docs/build.sh)

@@ -27,16 +27,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-# Non-public helpers, in this one place (public names come from `minivllm` itself): name -> modules
-# tried in order, the package's layout first, the flat layout before issue 21's move second.
+# Non-public helpers, in this one place (public names come from `minivllm` itself): name -> module.
+# Re-point here when the package moves; tests/test_gpu_check.py checks each one resolves.
+_ATTN = "minivllm.attention.backends.triton_attn"
 HELPERS = {
-    "worked_examples_on_engine": ("minivllm.testing.worked_examples", "minivllm.testing"),
-    "make_tiny_model": ("minivllm.testing.tiny_models", "minivllm.testing"),
-    "make_paged_batch": ("minivllm.testing.attention", "minivllm.testing"),
-    "profile_kv_cache_memory": ("minivllm.engine.core", "minivllm.engine"),
-    "CUDAGraphWrapper": ("minivllm.compilation.cuda_graph", "minivllm.cuda_graphs"),
-    "make_kv_caches": ("minivllm.model_executor.models.llama", "minivllm.model"),
-    **{name: ("minivllm.attention.backends.triton_attn", "minivllm.attention") for name in (
+    "worked_examples_on_engine": "minivllm.testing.worked_examples",
+    "make_tiny_model": "minivllm.testing.tiny_models",
+    "make_paged_batch": "minivllm.testing.attention",
+    "profile_kv_cache_memory": "minivllm.engine.core",
+    "CUDAGraphWrapper": "minivllm.compilation.cuda_graph",
+    "make_kv_caches": "minivllm.model_executor.models.llama",
+    **{name: _ATTN for name in (
         "make_attn_metadata", "paged_attention_ref", "reshape_and_cache_ref", "kernel_config", "SPLIT_KV_NUM_SEGMENTS",
         "SPLIT_KV_MAX_PROGRAMS", "_unified_attention_kernel", "_split_kv_decode_kernel", "_reduce_segments_kernel",
         "_reshape_and_cache_kernel")},
@@ -44,16 +45,9 @@ HELPERS = {
 
 
 def helper(name: str):
-    "A non-public helper of minivllm, from the first module of HELPERS[name] that exists."
+    "A non-public helper of minivllm, from its module in HELPERS."
     import importlib
-    first = None
-    for mod in HELPERS[name]:
-        try: return getattr(importlib.import_module(mod), name)
-        except ModuleNotFoundError as e:
-            if not (e.name and mod.startswith(e.name)): raise      # the module exists; what it imports does not
-            first = first or e
-        except AttributeError as e: first = first or e
-    raise ImportError(f"{name} is in none of {HELPERS[name]}: {first}")
+    return getattr(importlib.import_module(HELPERS[name]), name)
 
 
 ARGS = None
@@ -390,9 +384,9 @@ def stage_b():
     paths = {arch: make_tiny_model(work / arch, arch) for arch in ARCHS}
     for arch in ARCHS:                                   # exactness first, then the bf16 statistics
         attempt(f"{arch}/fp32", exactness_fp32, 60, paths[arch], prompts, max_tokens)
-    attempt("kv_cache_profile", kv_cache_profile, 60, paths["Qwen3ForCausalLM"])
     for arch in ARCHS if not ARGS.dry_run else ARCHS[-1:]:   # the dry run checks the bf16 path once
         attempt(f"{arch}/bf16", match_rate_bf16, 60, paths[arch], prompts, max_tokens)
+    attempt("kv_cache_profile", kv_cache_profile, 60, paths["Qwen3ForCausalLM"])     # last: it can assert
 
 
 @contextmanager
@@ -416,8 +410,10 @@ def kv_cache_profile(path) -> dict:
     from minivllm import load_model
     profile = helper("profile_kv_cache_memory")
     dtype = "float32" if ARGS.dry_run else "bfloat16"
-    num_tokens, seqs, bs, util = (128, 16, 16, 0.9) if ARGS.dry_run else (8192, 256, 16, 0.9)
     model = load_model(path, dtype=dtype, device=device(), attn_backend="triton")
+    # one sequence of num_tokens tokens: no more than the model's positions (the tiny model has 1,024)
+    num_tokens = 128 if ARGS.dry_run else min(8192, model.config.max_position_embeddings)
+    seqs, bs, util = (16 if ARGS.dry_run else 256), 16, 0.9
     if ARGS.dry_run:
         with cpu_as_cuda_memory(): budget = profile(model, num_tokens, seqs, bs, util)
         total = 8 << 30

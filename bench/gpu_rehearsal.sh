@@ -2,8 +2,8 @@
 # make gpu-rehearsal (issue 21): the GPU check's dry run in the device image's versions, on a CPU.
 #   bash bench/gpu_rehearsal.sh [--out DIR]
 # The device image (bench/GPU_CHECK.md) has python 3.12, torch 2.11+cu130, Triton 3.6, transformers
-# 5.17, no fastcore (carried as a wheel), none of pyzmq, fastapi, uvicorn, gguf, and the project only
-# on PYTHONPATH. This builds that here, once (build/gpu-rehearsal, reused while the pins are equal):
+# 5.17, psutil (transformers' continuous batching on a CPU needs it), no fastcore (carried as a
+# wheel), none of pyzmq, fastapi, uvicorn, gguf, and the project only on PYTHONPATH. This builds that here, once (build/gpu-rehearsal, reused while the pins are equal):
 # Triton 3.6 and transformers 5.17 pinned as there; torch 2.13.0 as here (PyPI's torch 2.11 is a
 # multi-GB CUDA build, and a CPU cannot use it); python3 of this machine; fastcore only from the
 # wheel the device run carries, installed by gpu_check.sh as it is there. Then every stage:
@@ -19,7 +19,7 @@ OUTDIR=""
 OUTDIR=${OUTDIR:-$R/report}
 PINS="torch==2.13.0 triton==3.6.0 transformers==5.17.0 tokenizers==0.23.2 huggingface_hub==1.33.0
 safetensors==0.8.0 numpy==2.4.6 matplotlib==3.11.2 tqdm==4.70.1 pytest==9.2.0 hypothesis==6.170.17
-msgpack==1.2.4"
+msgpack==1.2.4 psutil==7.2.2"
 FASTCORE=fastcore==1.14.5
 T0=$(date +%s)
 if [ "$(cat $R/venv/.pins 2>/dev/null)" != "$PINS" ]; then
