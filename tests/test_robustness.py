@@ -10,6 +10,7 @@ from minivllm.engine.async_llm import (AsyncLLM, EngineCoreRequestType, EngineDe
 from minivllm.entrypoints.openai.api_server import build_app, serve_in_thread
 from minivllm.request import Request
 from minivllm.sampling_params import SamplingParams
+from minivllm.outputs import RequestOutputKind
 from minivllm.testing.tiny_models import make_tiny_model
 
 torch.set_num_threads(1)
@@ -172,7 +173,9 @@ def test_text_prompts_are_tokenised_off_the_event_loop(tiny, monkeypatch):
 
 
 async def _tokens(async_llm, prompt, sp, request_id):
-    return [t async for out in async_llm.generate(prompt, sp, request_id) for t in out.outputs[0].token_ids]
+    delta = RequestOutputKind.DELTA
+    return [t async for out in async_llm.generate(prompt, sp, request_id, output_kind=delta)
+            for t in out.outputs[0].token_ids]
 
 
 def test_a_failing_request_fails_alone(tiny):

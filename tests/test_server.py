@@ -4,6 +4,7 @@ import httpx, openai, pytest, torch
 from minivllm.entrypoints.llm import LLM
 from minivllm.engine.async_llm import AsyncLLM, EngineDeadError
 from minivllm.sampling_params import SamplingParams
+from minivllm.outputs import RequestOutputKind
 
 from minivllm.testing.tiny_models import make_tiny_model
 from minivllm.entrypoints.openai.api_server import build_app, serve_in_thread
@@ -36,6 +37,7 @@ def tiny(tiny_path):
 
 async def collect(async_llm, prompt, sp, **kw):
     "Stream one request; (token ids, text, number of deltas, last delta)."
+    kw.setdefault("output_kind", RequestOutputKind.DELTA)
     deltas = [out async for out in async_llm.generate(prompt, sp, **kw)]
     return ([t for d in deltas for t in d.outputs[0].token_ids], "".join(d.outputs[0].text for d in deltas),
             len(deltas), deltas[-1])
@@ -259,3 +261,75 @@ def test_chat_logprobs_and_n_embedded(embedded):
     many = client.chat.completions.create(model=kw["model"], messages=messages, max_tokens=8, temperature=1.0,
                                           n=2, seed=1, stop=["\n"])
     assert [c.index for c in many.choices] == [0, 1] and all("\n" not in c.message.content for c in many.choices)
+
+
+# ---------------------------------------------------------------- issue 20: AsyncLLM as vLLM's
+GENERATION_CONFIG = {"eos_token_id": [0, 9, 11], "temperature": 0.6, "top_p": 0.9, "top_k": 20,
+                     "max_new_tokens": 7}
+
+
+@pytest.fixture(scope="module")
+def tiny_gen(tmp_path_factory):
+    "A tiny model whose generation_config.json has sampling defaults and two extra EOS ids."
+    path = make_tiny_model(tmp_path_factory.mktemp("tiny_gen") / "tiny_gen")
+    (path / "generation_config.json").write_text(json.dumps(GENERATION_CONFIG))
+    with AsyncLLM(path, num_threads=1, max_logprobs=2, **TINY) as async_llm, \
+         serve_in_thread(build_app(async_llm, "tiny_gen")) as url:
+        yield async_llm, url
+
+
+async def _all(async_llm, prompt, sp, **kw):
+    return [out async for out in async_llm.generate(prompt, sp, **kw)]
+
+
+def test_async_llm_output_kind_is_cumulative_by_default(tiny):
+    "vLLM's SamplingParams.output_kind defaults to CUMULATIVE; generate(output_kind=) overrides it."
+    async_llm, _ = tiny
+    sp = SamplingParams(temperature=0, max_tokens=5, ignore_eos=True)
+    cumulative = asyncio.run(_all(async_llm, [1, 2, 3], sp))
+    assert [len(o.outputs[0].token_ids) for o in cumulative] == [1, 2, 3, 4, 5]
+    delta = asyncio.run(_all(async_llm, [1, 2, 3], sp, output_kind=RequestOutputKind.DELTA))
+    assert [t for o in delta for t in o.outputs[0].token_ids] == cumulative[-1].outputs[0].token_ids
+    final_sp = SamplingParams(temperature=0, max_tokens=5, ignore_eos=True,
+                              output_kind=RequestOutputKind.FINAL_ONLY)
+    final = asyncio.run(_all(async_llm, [1, 2, 3], final_sp))
+    assert len(final) == 1 and final[0].outputs[0].token_ids == cumulative[-1].outputs[0].token_ids
+
+
+def test_async_llm_max_tokens_none_takes_the_room_left(tiny):
+    "vLLM's InputProcessor: max_tokens=None -> max_model_len - prompt length (it used to crash)."
+    async_llm, _ = tiny
+    sp = SamplingParams(temperature=0, max_tokens=None, ignore_eos=True,
+                        output_kind=RequestOutputKind.FINAL_ONLY)
+    out = asyncio.run(_all(async_llm, [1 + i % 50 for i in range(1000)], sp))[-1]
+    assert len(out.outputs[0].token_ids) == TINY["max_model_len"] - 1000
+
+
+def test_async_llm_stops_at_the_generation_configs_extra_eos(tiny_gen):
+    "generation_config.json's eos_token_id list stops generation (vLLM: update_from_generation_config)."
+    async_llm, _ = tiny_gen
+    assert async_llm.generation_config["eos_token_id"] == [0, 9, 11]
+    sp = SamplingParams(temperature=0, max_tokens=6, logit_bias={9: 100.0})
+    out = asyncio.run(_all(async_llm, [1, 2, 3], sp))[-1].outputs[0]
+    assert (out.token_ids, out.finish_reason, out.stop_reason) == ([9], "stop", 9)
+    ignored = SamplingParams(temperature=0, max_tokens=6, logit_bias={9: 100.0}, ignore_eos=True)
+    assert asyncio.run(_all(async_llm, [1, 2, 3], ignored))[-1].outputs[0].token_ids == [9] * 6
+
+
+def test_async_llm_caps_logprobs_at_its_max_logprobs(tiny_gen):
+    "check_sampling_params gets AsyncLLM's max_logprobs (here 2), with vLLM's message."
+    async_llm, _ = tiny_gen
+    with pytest.raises(ValueError, match="greater than max allowed: 2"):
+        asyncio.run(async_llm.add_request("x", [1, 2], SamplingParams(logprobs=3)))
+
+
+def test_async_llm_honours_bad_words(embedded):
+    "bad_words are tokenized by prepare_sampling_params and never produced (they used to be ignored)."
+    async_llm, _ = embedded
+    sp = SamplingParams(temperature=0, max_tokens=8, output_kind=RequestOutputKind.FINAL_ONLY)
+    free = asyncio.run(_all(async_llm, "The capital of France is", sp))[-1].outputs[0]
+    word = free.text.split()[0]
+    banned = SamplingParams(temperature=0, max_tokens=8, bad_words=[word],
+                            output_kind=RequestOutputKind.FINAL_ONLY)
+    out = asyncio.run(_all(async_llm, "The capital of France is", banned))[-1].outputs[0]
+    assert not out.text.lstrip().startswith(word), (free.text, out.text)

@@ -18,10 +18,12 @@ from ..request import Request, RequestStatus
 from ..sampling_params import SamplingParams
 from ..core.sched.output import EngineCoreOutput, LogprobsLists
 from .arg_utils import EngineArgs
-from .core import EngineCore, build_engine_core, load_tokenizer, resolve_model_path
+from .core import (EngineCore, build_engine_core, load_tokenizer,
+                                  resolve_model_path, try_get_generation_config)
 from .output_processor import OutputProcessor
 from ..outputs import RequestOutput, RequestOutputKind
-from ..entrypoints.llm import check_prompt, check_sampling_params, fan_out
+from ..entrypoints.llm import (check_prompt, check_sampling_params, fan_out,
+                                      prepare_sampling_params)
 
 # %% auto #0
 __all__ = ['POLL_INTERVAL_MS', 'MAX_FAILED_STEPS', 'OUTPUT_LINGER_MS', 'HEARTBEAT_INTERVAL_S', 'HEARTBEAT_TIMEOUT_S',
@@ -339,6 +341,9 @@ class AsyncLLM:
         # a TypeError for an unknown option, before any process starts
         engine_args = EngineArgs(model=str(self.model_path), **engine_kwargs)
         self.tokenizer = load_tokenizer(self.model_path)
+        # read once: its defaults and extra EOS ids complete every request (vLLM's InputProcessor)
+        self.generation_config = try_get_generation_config(self.model_path,
+                                                           engine_args.generation_config)
         self.output_processor = OutputProcessor(self.tokenizer)
         self.processor_lock = threading.Lock()
         self.utility_futures: dict[int, concurrent.futures.Future] = {}
@@ -512,26 +517,30 @@ def _send_frames(self: AsyncLLM, frames: list[bytes]) -> None:
 @patch
 async def add_request(self: AsyncLLM, request_id: str, prompt: str | list[int],
                       sampling_params: SamplingParams | None = None, *, priority: int = 0,
-                      output_kind: RequestOutputKind = RequestOutputKind.DELTA
-                      ) -> RequestOutputCollector:
+                      output_kind: RequestOutputKind | None = None) -> RequestOutputCollector:
     "Validate, register and send one request (`n` engine requests); the collector of its outputs."
     self.check_health()
     sampling_params = sampling_params or SamplingParams()
+    if output_kind is not None: sampling_params = replace(sampling_params, output_kind=output_kind)
     vocab_size = self.engine_info["vocab_size"]
-    check_sampling_params(sampling_params, self.tokenizer, vocab_size)
+    check_sampling_params(sampling_params, self.tokenizer, vocab_size, self.max_logprobs)
     sampling_params = check_request_params(sampling_params, vocab_size, self.max_logprobs)
     if isinstance(prompt, str):   # the tokenizer thread: the event loop keeps serving others
         loop = asyncio.get_running_loop()
         prompt_token_ids = await loop.run_in_executor(self.tokenizer_executor,
                                                       self.tokenize_prompt, prompt)
     else: prompt_token_ids = self.tokenize_prompt(prompt)
+    eos = self.engine_info["eos_token_id"]   # max_tokens=None, bad_words, the model's extra EOS
+    sampling_params = prepare_sampling_params(sampling_params, len(prompt_token_ids),
+                                              self.max_model_len, self.tokenizer,
+                                              self.generation_config, eos)
     self.check_health()
     collector = RequestOutputCollector(asyncio.get_running_loop())
     with self.processor_lock:
         op = self.output_processor
         if request_id in op.request_states or request_id in op.parent_requests:
             raise ValueError(f"request id {request_id!r} is already in use")
-        eos, text = self.engine_info["eos_token_id"], prompt if isinstance(prompt, str) else None
+        text = prompt if isinstance(prompt, str) else None
         children = fan_out(request_id, sampling_params)
         requests = [Request(child_id, prompt_token_ids, sp, eos, priority=priority)
                     for child_id, sp, _, _ in children]
@@ -541,7 +550,7 @@ async def add_request(self: AsyncLLM, request_id: str, prompt: str | list[int],
         except (TypeError, ValueError, OverflowError) as e:   # the checks above missed something
             raise RuntimeError(f"request {request_id!r} cannot be sent to the engine: {e}") from e
         for request, (_, _, parent, index) in zip(requests, children):
-            op.add_request(request, text, parent, index, collector, output_kind)
+            op.add_request(request, text, parent, index, collector)   # its params' output_kind
     try:
         for frames in messages: self._send_frames(frames)
     except BaseException:   # registered but not (all) sent: undo, so nothing waits for it
@@ -584,7 +593,7 @@ async def stream_outputs(self: AsyncLLM, request_id: str,
 @patch
 async def generate(self: AsyncLLM, prompt: str | list[int],
                    sampling_params: SamplingParams | None = None, request_id: str | None = None, *,
-                   priority: int = 0, output_kind: RequestOutputKind = RequestOutputKind.DELTA
+                   priority: int = 0, output_kind: RequestOutputKind | None = None
                    ) -> AsyncIterator[RequestOutput]:
     "Stream `RequestOutput`s for one prompt as tokens are sampled; aborts the request if abandoned."
     request_id = request_id or uuid.uuid4().hex

@@ -23,7 +23,8 @@ async def staggered_streams(async_llm: AsyncLLM, prompts: list, sampling_params:
         if i: await ready[i - 1].wait()
         t = traces[i]
         t["sent"] = time.perf_counter()
-        async for out in async_llm.generate(prompts[i], sampling_params, t["request_id"]):
+        async for out in async_llm.generate(prompts[i], sampling_params, t["request_id"],
+                                            output_kind=RequestOutputKind.DELTA):
             t["token_times"].append(time.perf_counter())
             t["num_tokens"] += len(out.outputs[0].token_ids)
             if t["num_tokens"] >= every: ready[i].set()

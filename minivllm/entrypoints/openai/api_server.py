@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, Field
 from ...sampling_params import SamplingParams
 from ...core.sched.output import Logprob
-from ...outputs import CompletionOutput
+from ...outputs import CompletionOutput, RequestOutputKind
 from ...engine.async_llm import (AsyncLLM, EngineDeadError, EngineRequestError,
                                        INT64_MAX, INT64_MIN)
 
@@ -241,8 +241,10 @@ class Generation:
 
     async def start(self) -> "Generation":
         "Validate and send the request (errors raise here, before any response); then its stream."
+        # vLLM's serving code: DELTA when streaming, FINAL_ONLY otherwise
+        kind = RequestOutputKind.DELTA if self.body.stream else RequestOutputKind.FINAL_ONLY
         collector = await self.async_llm.add_request(self.request_id, self.prompt_token_ids,
-                                                     self.sampling_params)
+                                                     self.sampling_params, output_kind=kind)
         self.stream = self.async_llm.stream_outputs(self.request_id, collector)
         return self
 
