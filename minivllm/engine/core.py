@@ -5,6 +5,7 @@
 # %% ../../nbs/21_engine_core.ipynb #2e352c25
 from __future__ import annotations
 import gc, json, time
+import numpy as np
 from ..core.kv_cache_manager import cdiv
 from pathlib import Path
 from typing import Callable, Sequence
@@ -22,8 +23,8 @@ from .arg_utils import EngineArgs
 # %% auto #0
 __all__ = ['DEFAULT_CPU_KV_CACHE_BYTES', 'TOKENIZER_FILES', 'SAMPLING_DEFAULT_FIELDS', 'kv_cache_bytes_per_block',
            'num_blocks_for', 'EngineCore', 'resolve_model_path', 'load_tokenizer', 'resolve_device',
-           'check_engine_args', 'profile_kv_cache_memory', 'default_max_num_batched_tokens', 'num_gpu_blocks_for',
-           'build_engine_core', 'try_get_generation_config', 'get_diff_sampling_param']
+           'check_engine_args', 'profile_seq_lens', 'profile_kv_cache_memory', 'default_max_num_batched_tokens',
+           'num_gpu_blocks_for', 'build_engine_core', 'try_get_generation_config', 'get_diff_sampling_param']
 
 # %% ../../nbs/21_engine_core.ipynb #245b11c8
 DEFAULT_CPU_KV_CACHE_BYTES = 1 << 30   # 1 GiB: vLLM's CPU backend asks for a fixed budget too
@@ -112,18 +113,24 @@ def check_engine_args(attention_backend: str, device: torch.device, scheduling_p
         raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
 
 # %% ../../nbs/21_engine_core.ipynb #313e0dab
+def profile_seq_lens(num_tokens: int, max_model_len: int | None) -> list[int]:
+    "The largest step's tokens as prefills of at most `max_model_len` (no position past the model's)."
+    seq_len = min(num_tokens, max_model_len or num_tokens)
+    return [seq_len] * (num_tokens // seq_len) + [num_tokens % seq_len] * bool(num_tokens % seq_len)
+
 def profile_kv_cache_memory(model, num_tokens: int, max_num_seqs: int, block_size: int,
-                            gpu_memory_utilization: float) -> int:
+                            gpu_memory_utilization: float, max_model_len: int | None = None) -> int:
     "GPU bytes left for the KV cache after the largest step (vLLM's `determine_available_memory`)."
     device = next(model.parameters()).device
     num_layers, num_kv_heads, head_dim, dtype = model.kv_cache_spec()
-    num_blocks = cdiv(num_tokens, block_size)
-    caches = make_kv_caches(num_layers, num_kv_heads, head_dim, dtype, num_blocks, block_size,
-                            device)
+    seq_lens = profile_seq_lens(num_tokens, max_model_len)
+    first_blocks = np.cumsum([0] + [cdiv(n, block_size) for n in seq_lens])
+    caches = make_kv_caches(num_layers, num_kv_heads, head_dim, dtype, int(first_blocks[-1]),
+                            block_size, device)
     model.bind_kv_caches(caches)
-    positions, metadata = make_attn_metadata(
-        [list(range(num_blocks))], [0], [num_tokens], block_size, device
-    )
+    tables = [list(range(a, b)) for a, b in zip(first_blocks[:-1], first_blocks[1:])]
+    positions, metadata = make_attn_metadata(tables, [0] * len(seq_lens), seq_lens, block_size,
+                                             device)
     torch.cuda.empty_cache(); torch.cuda.reset_peak_memory_stats(device)
     with torch.no_grad():   # a step samples at most one token per sequence: max_num_seqs logit rows
         hidden = model(torch.zeros(num_tokens, dtype=torch.long, device=device), positions,
@@ -150,7 +157,8 @@ def num_gpu_blocks_for(model, device: torch.device, args: EngineArgs, max_model_
     if budget is None:
         budget = (DEFAULT_CPU_KV_CACHE_BYTES if device.type != "cuda" else
                   profile_kv_cache_memory(model, max_num_batched_tokens, args.max_num_seqs,
-                                          args.block_size, args.gpu_memory_utilization))
+                                          args.block_size, args.gpu_memory_utilization,
+                                          max_model_len))
     useful = args.max_num_seqs * cdiv(max_model_len, args.block_size) + 1
     per_block = kv_cache_bytes_per_block(model.kv_cache_spec(), args.block_size)
     return num_blocks_for(budget, per_block, useful)

@@ -1,0 +1,34 @@
+"""The engine core's KV-cache sizing: the profiling step stays within the model's positions (a step
+of more tokens than the model has positions is run as several prefills, as vLLM's dummy run is)."""
+import pytest
+import torch
+
+from minivllm import load_model
+from minivllm.engine.core import profile_kv_cache_memory, profile_seq_lens
+from minivllm.testing.tiny_models import make_tiny_model
+
+
+@pytest.fixture
+def cuda_memory_on_cpu(monkeypatch):
+    "torch.cuda's memory calls answered on a CPU: 8 GiB in all, 100 MiB in use, a 300 MiB peak."
+    total = 8 << 30
+    for name, value in {"empty_cache": lambda *a, **k: None,
+                        "reset_peak_memory_stats": lambda *a, **k: None,
+                        "synchronize": lambda *a, **k: None,
+                        "max_memory_allocated": lambda *a, **k: 300 << 20,
+                        "mem_get_info": lambda *a, **k: (total - (100 << 20), total),
+                        "memory_reserved": lambda *a, **k: 100 << 20}.items():
+        monkeypatch.setattr(torch.cuda, name, value)
+    return total
+
+
+def test_profile_splits_past_the_models_positions(tmp_path, cuda_memory_on_cpu):
+    path = make_tiny_model(tmp_path / "tiny", "Qwen3ForCausalLM")
+    model = load_model(str(path), dtype="float32", device="cpu", attn_backend="torch")
+    positions = model.config.max_position_embeddings
+    num_tokens = positions + positions // 2               # one sequence would index past the table
+    with pytest.raises(IndexError):
+        profile_kv_cache_memory(model, num_tokens, 8, 16, 0.9)
+    budget = profile_kv_cache_memory(model, num_tokens, 8, 16, 0.9, max_model_len=positions)
+    assert budget == int(cuda_memory_on_cpu * 0.9) - (300 << 20)   # total x 0.9 - peak - 0 other
+    assert profile_seq_lens(num_tokens, positions) == [positions, positions // 2]
