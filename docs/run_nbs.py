@@ -175,6 +175,11 @@ def main(argv=None):
     old = json.loads(last.read_text()) if last.exists() else {}
     files.sort(key=lambda f: -old.get(f.name, 0))
     items = [(f, out / f.name) for f in files]
+    # A worker process runs several notebooks, and Triton decides at its first import whether its
+    # kernels are interpreted: on a machine without CUDA every worker starts interpreting, as each
+    # chapter that defines kernels asks, whichever notebook imported Triton first.
+    import torch
+    if not torch.cuda.is_available(): os.environ.setdefault("TRITON_INTERPRET", "1")
     start = time.time()
     from fastcore.parallel import parallel
     res = parallel(_worker, items, skip_flags=skip_flags, force_flags=force_flags,
