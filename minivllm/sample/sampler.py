@@ -12,7 +12,7 @@ from torch import nn
 from fastcore.basics import patch
 
 from ..sampling_params import SamplingParams
-from ..worker.gpu_input_batch import CachedRequestState, InputBatch, to_device
+from ..worker.gpu_input_batch import InputBatch, to_device
 from ..core.sched.output import LogprobsLists
 
 # %% auto #0
@@ -167,24 +167,9 @@ def apply_min_tokens(logits: torch.Tensor,
     return logits
 
 # %% ../../nbs/11_sampler.ipynb #72f48b6c
-def _uses_logits_processor(sp: SamplingParams | None) -> bool:
-    return sp is not None and bool(sp.logit_bias or sp.allowed_token_ids or sp.bad_words_token_ids)
-
-_input_batch_add_request = getattr(InputBatch.add_request, "__wrapped__", InputBatch.add_request)
-
-@patch
-def add_request(self: InputBatch, state: CachedRequestState) -> int:
-    "Chapter 10's `add_request`; it also keeps the params of requests that use a logits processor."
-    row = _input_batch_add_request(self, state)
-    if _uses_logits_processor(state.sampling_params):
-        params = self.__dict__.setdefault("logits_processor_params", {})
-        params[state.req_id] = state.sampling_params
-    return row
-InputBatch.add_request.__wrapped__ = _input_batch_add_request
-
 def logits_processor_rows(input_batch: InputBatch) -> dict:
     "Per-row `logit_bias`, `allowed_token_ids`, `bad_words_token_ids` and outputs of the batch."
-    params = input_batch.__dict__.get("logits_processor_params")
+    params = input_batch.logits_processor_params
     if not params: return {}
     for req_id in [r for r in params if r not in input_batch.req_id_to_index]: del params[req_id]
     rows = {input_batch.req_id_to_index[r]: sp for r, sp in params.items()}

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 from fastcore.basics import patch
 from ..sampling_params import SamplingParams
-from ..worker.gpu_input_batch import CachedRequestState, InputBatch, to_device
+from ..worker.gpu_input_batch import InputBatch, to_device
 from ..core.sched.output import LogprobsLists
 __all__ = ['SamplingMetadata', 'make_sampling_metadata', 'apply_min_tokens', 'logits_processor_rows', 'apply_allowed_token_ids', 'apply_bad_words', 'apply_logit_bias', 'apply_penalties', 'apply_min_p', 'apply_top_k_top_p', 'random_sample', 'LogprobsTensors', 'gather_logprobs', 'SamplerOutput', 'Sampler']
 _GREEDY_EPS = 1e-05
@@ -57,11 +57,6 @@ def make_sampling_metadata(input_batch: InputBatch, discard_request_indices=(), 
 def apply_min_tokens(logits: torch.Tensor, masked_stop_token_ids: dict[int, set[int]]) -> torch.Tensor:
     """Set the logits of each listed row's stop ids to -inf, in place."""
     ...
-
-def _uses_logits_processor(sp: SamplingParams | None) -> bool:
-    ...
-_input_batch_add_request = getattr(InputBatch.add_request, '__wrapped__', InputBatch.add_request)
-InputBatch.add_request.__wrapped__ = _input_batch_add_request
 
 def logits_processor_rows(input_batch: InputBatch) -> dict:
     """Per-row `logit_bias`, `allowed_token_ids`, `bad_words_token_ids` and outputs of the batch."""

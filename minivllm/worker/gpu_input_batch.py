@@ -80,6 +80,9 @@ class InputBatch:
         self.min_tokens = np.zeros(max_num_reqs, dtype=np.int32)
         self.num_logprobs = np.full(max_num_reqs, -1, dtype=np.int32)   # -1: no logprobs
         self.generators: dict[int, torch.Generator] = {}
+        # requests with logit_bias, allowed_token_ids or bad_words: vLLM's built-in logits
+        # processors, applied by the sampler (chapter 11)
+        self.logits_processor_params: dict[str, SamplingParams] = {}
         self.min_tokens_stop_ids: dict[int, set[int]] = {}   # ids masked while below min_tokens
         # token counts for the penalties, on the device (allocated when a row first needs them)
         self.output_bin_counts: torch.Tensor | None = None   # int32 [max_num_reqs, vocab_size]
@@ -116,6 +119,9 @@ def add_request(self: InputBatch, state: CachedRequestState) -> int:
     self.block_table.add_row(state.block_ids, row)
     self._set_sampling_row(row, state.sampling_params or SamplingParams(), state.generator)
     if self.has_penalties(row): self._init_penalty_counts(row)
+    sp = state.sampling_params
+    if sp is not None and (sp.logit_bias or sp.allowed_token_ids or sp.bad_words_token_ids):
+        self.logits_processor_params[state.req_id] = sp
     return row
 
 @patch
