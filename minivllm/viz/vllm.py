@@ -27,7 +27,7 @@ def plot_overview(recorder, title: str = "A recorded run"):
     for a in (ax, bx, cx): a.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.set_title(f"{title}\n({recorder.device})")
     fig.tight_layout(rect=(0, 0.03, 1, 1))
-    fig.text(0.01, 0.005, recorder.settings_label(), fontsize=7, color="#555555")
+    fig.text(0.01, 0.005, recorder.settings_label(), fontsize=9.5, color="#555555")
     plt.close(fig)
     return fig
 
