@@ -59,7 +59,8 @@ MUST_DIFFER = {"ex_E5": "lone long prefill", "ex_E5__small": "lone long prefill"
                "ex_E10_priority__victim_itself": "priority self-preemption",
                "golden_e10_self_victim": "priority self-preemption",
                "golden_priority_self_preemption": "priority self-preemption",
-               "golden_reserve_full_isl_default": "whole prompt reserved"}
+               "golden_reserve_full_isl_default": "whole prompt reserved",
+               "golden_stop_before_min_tokens": "stop before min_tokens"}
 
 def _run(outdir: Path, names: list[str], *flags: str) -> subprocess.Popen:
     paths = []
@@ -141,6 +142,9 @@ def _kind(a, b, step: int, workload: dict) -> str | None:
         return "lone long prefill"          # vLLM 0.33: the threshold needs 2+ requests
     if workload["config"].get("scheduler_reserve_full_isl", True) and same(y, x):
         return "whole prompt reserved"      # vLLM held back an admission minivllm made
+    stopped = lambda rec: {q.req_id for q in rec.requests if q.finish_reason == "stop"}
+    if stopped(y) - stopped(x):
+        return "stop before min_tokens"     # vLLM 0.33's check_stop ends on a stop token anyway
     return None
 
 
