@@ -11,7 +11,7 @@ cfg = cfg["DEFAULT"]
 requirements = [line.strip() for line in (here / "requirements.txt").read_text().splitlines()
                 if line.strip() and not line.startswith("#")]
 runtime = {"torch", "triton", "fastcore", "transformers", "tokenizers", "safetensors", "gguf", "accelerate",
-           "numpy", "matplotlib", "tqdm", "pyzmq", "msgpack", "fastapi", "uvicorn"}
+           "numpy", "matplotlib", "tqdm", "pyzmq", "msgpack", "fastapi", "uvicorn", "prometheus_client"}
 
 setuptools.setup(
     name=cfg["lib_name"],

@@ -10,7 +10,7 @@ from minivllm.engine.async_llm import (AsyncLLM, EngineCoreRequestType, EngineDe
 from minivllm.entrypoints.openai.api_server import build_app, serve_in_thread
 from minivllm.request import Request
 from minivllm.sampling_params import SamplingParams
-from minivllm.outputs import RequestOutputKind
+from minivllm.sampling_params import RequestOutputKind
 from minivllm.testing.tiny_models import make_tiny_model
 
 torch.set_num_threads(1)

@@ -4,7 +4,7 @@ import httpx, openai, pytest, torch
 from minivllm.entrypoints.llm import LLM
 from minivllm.engine.async_llm import AsyncLLM, EngineDeadError
 from minivllm.sampling_params import SamplingParams
-from minivllm.outputs import RequestOutputKind
+from minivllm.sampling_params import RequestOutputKind
 
 from minivllm.testing.tiny_models import make_tiny_model
 from minivllm.entrypoints.openai.api_server import build_app, serve_in_thread
@@ -169,19 +169,25 @@ def test_bad_requests_get_openai_400(tiny):
               "malformed JSON")
     check_400(post("chat/completions", content=b"not json", headers={"content-type": "application/json"}),
               "malformed JSON")
-    check_400(post("completions", json={"model": "gpt-4", "prompt": [1, 2]}), "does not exist")
+    # vLLM 0.33: an unknown model is a 404 NotFoundError (vllm/entrypoints/serve/engine/serving.py)
+    r = post("completions", json={"model": "gpt-4", "prompt": [1, 2]})
+    assert (r.status_code, r.json()["error"]["type"], r.json()["error"]["param"]) == (404, "NotFoundError", "model")
     check_400(post("completions", json={"prompt": [5] * 1100}), "max_model_len")
-    check_400(post("completions", json={"prompt": [5] * 1000, "max_tokens": 100}), "maximum context length")
+    # vLLM 0.33 (renderers/params.py): max_tokens above max_model_len is a 400; prompt + max_tokens above it
+    # is cut to the room left (serve/utils/api_utils.py get_max_tokens)
+    check_400(post("completions", json={"prompt": [5], "max_tokens": 1025}), "cannot be greater than max_model_len")
+    cut = post("completions", json={"prompt": [5] * 1000, "max_tokens": 100, "temperature": 0, "ignore_eos": True})
+    assert cut.status_code == 200 and cut.json()["usage"]["completion_tokens"] == 24, cut.text
     check_400(post("completions", json={"prompt": "text needs a tokenizer"}), "no tokenizer")
     check_400(post("chat/completions", json={"messages": [{"role": "user", "content": "hi"}]}), "chat template")
     for bad, field in [({"temperature": -1}, "temperature"), ({"top_p": 1.5}, "top_p"), ({"max_tokens": 0}, "max_tokens"),
                        ({"max_tokens": "many"}, "max_tokens"), ({"n": 2, "temperature": 0}, "greedy"),
                        ({"prompt": [10**6]}, "vocabulary"), ({"stream": True, "top_p": 0}, "top_p"),
-                       ({"echo": True}, "echo"), ({"logprobs": -1}, "logprobs")]:
+                       ({"echo": True}, "echo"), ({"logprobs": -1}, "logprobs")]:   # echo: ids, no tokenizer
         check_400(post("completions", json={"prompt": [1, 2, 3]} | bad), field)
     check_400(post("completions", json={"max_tokens": 3}), "prompt")
     client = openai.OpenAI(base_url=f"{url}/v1", api_key="EMPTY", max_retries=0)
-    with pytest.raises(openai.BadRequestError, match="does not exist"):
+    with pytest.raises(openai.NotFoundError, match="does not exist"):
         client.completions.create(model="gpt-4", prompt=[1, 2, 3])
     assert httpx.get(f"{url}/health").status_code == 200
     assert httpx.get(f"{url}/v1/models").json()["data"][0]["id"] == "tiny"
@@ -230,7 +236,11 @@ def test_n_and_logprobs_tiny(tiny, tiny_path):
         assert c.logprobs.tokens == [f"token_id:{t}" for t in ref.token_ids]      # no tokenizer: ids
         assert c.logprobs.token_logprobs == pytest.approx([s[t].logprob for t, s in zip(ref.token_ids, ref.logprobs)],
                                                           abs=1e-4)   # other thread count, other sums
-        assert all(len(top) == 2 for top in c.logprobs.top_logprobs)
+        # vLLM 0.33 (openai/completion/serving.py, completion_top_logprobs_limit): the engine's entries in its
+        # order, the sampled token first, at most logprobs + 1 of them
+        for top, t, step in zip(c.logprobs.top_logprobs, ref.token_ids, ref.logprobs):
+            assert list(top) == [f"token_id:{x}" for x in list(step)[:3]] and list(top)[0] == f"token_id:{t}"
+        assert any(len(top) == 3 for top in c.logprobs.top_logprobs)   # temperature 1: some sampled outside the top 2
     chunks = list(client.completions.create(stream=True, **kw))
     streamed = {}
     for ch in chunks:
@@ -256,7 +266,7 @@ def test_chat_logprobs_and_n_embedded(embedded):
     assert [e.token for e in streamed] == [e.token for e in content]
     # the second run reads the prompt from the prefix cache: the same values up to float rounding
     assert [e.logprob for e in streamed] == pytest.approx([e.logprob for e in content], abs=1e-3)
-    with pytest.raises(openai.BadRequestError, match="logprobs: true"):
+    with pytest.raises(openai.BadRequestError, match="`logprobs` must be set to true"):   # vLLM 0.33 chat protocol.py
         client.chat.completions.create(**(kw | dict(logprobs=False)))
     many = client.chat.completions.create(model=kw["model"], messages=messages, max_tokens=8, temperature=1.0,
                                           n=2, seed=1, stop=["\n"])
@@ -333,3 +343,147 @@ def test_async_llm_honours_bad_words(embedded):
                             output_kind=RequestOutputKind.FINAL_ONLY)
     out = asyncio.run(_all(async_llm, "The capital of France is", banned))[-1].outputs[0]
     assert not out.text.lstrip().startswith(word), (free.text, out.text)
+
+
+# ---------------------------------------------------------------- issue 20: the server's fields as vLLM's
+def _post(url, body, path="completions"):
+    return httpx.post(f"{url}/v1/{path}", json=body, timeout=60)
+
+
+def test_server_defaults_come_from_the_generation_config(tiny_gen, tmp_path):
+    "vLLM's to_sampling_params: request value, else get_diff_sampling_param's, else vLLM's (null = left out)."
+    async_llm, url = tiny_gen
+    assert url and async_llm.engine_args.generation_config == "auto"
+    body = {"model": "tiny_gen", "prompt": [5, 9, 14, 2], "max_tokens": 8, "seed": 3, "ignore_eos": True}
+    left_out = _post(url, body).json()["choices"][0]
+    nulls = _post(url, body | {"temperature": None, "top_p": None, "top_k": None, "n": None}).json()["choices"][0]
+    path = async_llm.model_path
+    llm = LLM(path, num_gpu_blocks=64, max_model_len=256)
+    model = llm.generate([[5, 9, 14, 2]], SamplingParams(temperature=0.6, top_p=0.9, top_k=20, seed=3, max_tokens=8,
+                                                         ignore_eos=True), use_tqdm=False)[0].outputs[0]
+    vllm_defaults = llm.generate([[5, 9, 14, 2]], SamplingParams(temperature=1.0, seed=3, max_tokens=8, ignore_eos=True),
+                                 use_tqdm=False)[0].outputs[0]
+    assert model.token_ids != vllm_defaults.token_ids          # the test can tell them apart
+    left_out_ids = [int(t.split(":")[1]) for t in _post(url, body | {"logprobs": 0}).json()["choices"][0]["logprobs"]["tokens"]]
+    assert left_out_ids == model.token_ids and left_out["text"] == nulls["text"]
+
+
+def test_logit_bias_allowed_token_ids_and_seed_minus_one(tiny):
+    _, url = tiny
+    base = {"prompt": [1, 2, 3], "max_tokens": 6, "ignore_eos": True, "return_token_ids": True}
+    biased = _post(url, base | {"temperature": 0, "logit_bias": {"9": 100}}).json()
+    assert biased["choices"][0]["token_ids"] == [9] * 6           # string token-id keys, as OpenAI sends them
+    allowed = _post(url, base | {"temperature": 1.0, "allowed_token_ids": [7, 8]}).json()
+    assert set(allowed["choices"][0]["token_ids"]) <= {7, 8}
+    runs = [_post(url, base | {"temperature": 1.0, "seed": -1, "max_tokens": 12}).json()["choices"][0]["token_ids"]
+            for _ in range(2)]
+    assert runs[0] != runs[1]                                     # vLLM: seed -1 is random
+    fixed = [_post(url, base | {"temperature": 1.0, "seed": 5}).json()["choices"][0]["token_ids"] for _ in range(2)]
+    assert fixed[0] == fixed[1]
+
+
+def test_prompt_arrays_prompt_logprobs_and_echo(tiny):
+    "vLLM: each prompt its own request, choices i * n + j; prompt_logprobs per choice, the first None."
+    _, url = tiny
+    prompts = [[1, 2, 3], [4, 5]]
+    body = {"prompt": prompts, "n": 2, "max_tokens": 4, "temperature": 0, "ignore_eos": True,
+            "return_token_ids": True}
+    r = _post(url, body | {"n": 1}).json()
+    singles = [_post(url, body | {"prompt": p, "n": 1}).json()["choices"][0]["token_ids"] for p in prompts]
+    assert [c["token_ids"] for c in r["choices"]] == singles and r["usage"]["prompt_tokens"] == 5
+    r = _post(url, body | {"temperature": 1.0, "seed": 1}).json()
+    assert [c["index"] for c in r["choices"]] == [0, 1, 2, 3] and r["usage"]["completion_tokens"] == 16
+    chunks = httpx.post(f"{url}/v1/completions", json=body | {"stream": True, "temperature": 1.0}, timeout=60).text
+    indices = {json.loads(line[6:])["choices"][0]["index"] for line in chunks.splitlines()
+               if line.startswith("data: {")}
+    assert indices == {0, 1, 2, 3}
+    lp = _post(url, {"prompt": [1, 2, 3], "max_tokens": 2, "prompt_logprobs": 1}).json()["choices"][0]
+    assert lp["prompt_logprobs"][0] is None and len(lp["prompt_logprobs"]) == 3
+    assert {"logprob", "rank", "decoded_token"} == set(next(iter(lp["prompt_logprobs"][1].values())))
+    check_400(_post(url, {"prompt": [1, 2, 3], "stream": True, "prompt_logprobs": 1}), "not available")
+    check_400(_post(url, {"prompt": [1, 2, 3], "echo": True}), "tokenizer")   # ids, no tokenizer to show them
+
+
+def test_echo_and_bad_words_embedded(embedded):
+    _, url = embedded
+    prompt = "The capital of France is"
+    body = {"prompt": prompt, "max_tokens": 3, "temperature": 0}
+    plain = _post(url, body).json()["choices"][0]["text"]
+    echo = _post(url, body | {"echo": True, "logprobs": 1}).json()["choices"][0]
+    assert echo["text"] == prompt + plain                   # vLLM: prompt text, then the completion
+    lp = echo["logprobs"]
+    assert lp["token_logprobs"][0] is None and lp["top_logprobs"][0] is None and len(lp["tokens"]) > 3
+    streamed = httpx.post(f"{url}/v1/completions", json=body | {"echo": True, "stream": True}, timeout=60).text
+    text = "".join(json.loads(line[6:])["choices"][0]["text"] for line in streamed.splitlines()
+                   if line.startswith("data: {"))
+    assert text == prompt + plain
+    word = plain.split()[0]
+    banned = _post(url, body | {"bad_words": [word]}).json()["choices"][0]["text"]
+    assert not banned.lstrip().startswith(word), (plain, banned)
+
+
+def test_chat_template_options(embedded):
+    "add_generation_prompt, continue_final_message, echo and chat_template as vLLM's chat endpoint."
+    async_llm, url = embedded
+    tok = async_llm.get_tokenizer()
+    messages = [{"role": "user", "content": "Say hello."}, {"role": "assistant", "content": "Hello! My name"}]
+    body = {"messages": messages, "max_tokens": 4, "temperature": 0}
+    check_400(_post(url, body | {"continue_final_message": True}, "chat/completions"), "Cannot set both")
+    go_on = body | {"continue_final_message": True, "add_generation_prompt": False, "echo": True}
+    r = _post(url, go_on, "chat/completions").json()
+    expected = tok.apply_chat_template(messages, tokenize=False, continue_final_message=True)
+    assert r["usage"]["prompt_tokens"] == len(tok.encode(expected, add_special_tokens=False))
+    assert r["choices"][0]["message"]["content"].startswith("Hello! My name")   # echo continues the message
+    plain = _post(url, body, "chat/completions").json()
+    assert plain["usage"]["prompt_tokens"] == len(tok.encode(tok.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True), add_special_tokens=False))
+    kwargs = _post(url, body | {"chat_template_kwargs": {"add_generation_prompt": False}}, "chat/completions").json()
+    assert kwargs["usage"] == plain["usage"]     # the request's own field wins over a kwarg of the same name
+    check_400(_post(url, body | {"chat_template": "{{ messages }}"}, "chat/completions"), "untrusted chat template")
+
+
+def test_unknown_fields_are_ignored_and_stream_options_need_stream(tiny):
+    "vLLM's OpenAIBaseModel: extra='allow' (ignored); validate_stream_options: a 400 without stream=True."
+    _, url = tiny
+    assert _post(url, {"prompt": [1, 2], "max_tokens": 2, "not_a_vllm_field": {"x": 1}}).status_code == 200
+    check_400(_post(url, {"prompt": [1, 2], "stream_options": {"include_usage": True}}), "stream=True")
+    check_400(_post(url, {"prompt": [1, 2], "logprobs": 21}), "logprobs")               # max_logprobs = 20
+    check_400(_post(url, {"prompt": [1, 2], "suffix": "!"}), "suffix")
+
+
+def test_api_key(tiny):
+    "vLLM's AuthenticationMiddleware: /v1 needs `Authorization: Bearer KEY` (else 401); /health does not."
+    async_llm, _ = tiny
+    with serve_in_thread(build_app(async_llm, "tiny", api_key="sesame")) as url:
+        body = {"prompt": [1, 2], "max_tokens": 2}
+        r = httpx.post(f"{url}/v1/completions", json=body)
+        assert (r.status_code, r.json()) == (401, {"error": "Unauthorized"})
+        assert httpx.post(f"{url}/v1/completions", json=body,
+                          headers={"Authorization": "Bearer wrong"}).status_code == 401
+        assert httpx.post(f"{url}/v1/completions", json=body,
+                          headers={"Authorization": "Bearer sesame"}).status_code == 200
+        assert httpx.get(f"{url}/health").status_code == 200
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="sesame", max_retries=0)
+        assert client.completions.create(model="tiny", prompt=[1, 2], max_tokens=2).choices
+
+
+def test_sampling_fields_reach_the_engine(tiny, tiny_path):
+    "Every sampling knob of a request is the engine's: the server's tokens equal LLM.generate's with those params."
+    _, url = tiny
+    knobs = dict(temperature=0.9, top_p=0.95, top_k=30, min_p=0.01, presence_penalty=0.5, frequency_penalty=0.4,
+                 repetition_penalty=1.3, seed=11, min_tokens=3, max_tokens=10, stop_token_ids=[17])
+    got = _post(url, {"prompt": [4, 8, 15, 16], "return_token_ids": True} | knobs).json()["choices"][0]["token_ids"]
+    expected = LLM(tiny_path, **TINY).generate([[4, 8, 15, 16]], SamplingParams(**knobs), use_tqdm=False)[0]
+    assert got == expected.outputs[0].token_ids
+    plain = LLM(tiny_path, **TINY).generate([[4, 8, 15, 16]], SamplingParams(temperature=0.9, seed=11, max_tokens=10),
+                                            use_tqdm=False)[0]
+    assert plain.outputs[0].token_ids != got        # the knobs changed something
+
+
+def test_skip_special_tokens_reaches_the_engine(embedded):
+    async_llm, url = embedded
+    eos = async_llm.get_tokenizer().eos_token
+    eos_id = async_llm.get_tokenizer().eos_token_id
+    body = {"prompt": "Hi", "max_tokens": 2, "temperature": 0, "ignore_eos": True, "logit_bias": {str(eos_id): 100}}
+    assert eos not in _post(url, body).json()["choices"][0]["text"]
+    assert eos in _post(url, body | {"skip_special_tokens": False}).json()["choices"][0]["text"]

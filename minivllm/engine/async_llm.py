@@ -16,12 +16,17 @@ import msgpack, zmq
 from fastcore.basics import patch
 from ..request import Request, RequestStatus
 from ..sampling_params import SamplingParams
-from ..core.sched.output import EngineCoreOutput, LogprobsLists
+from ..core.sched.output import (EngineCoreOutput, LogprobsLists, PrefixCacheStats,
+                                        SchedulerStats)
+from ..metrics.loggers import StatLogger
+from ..metrics.reader import Metric
+from ..metrics.stats import IterationStats
 from .arg_utils import EngineArgs
 from .core import (EngineCore, build_engine_core, load_tokenizer,
                                   resolve_model_path, try_get_generation_config)
 from .output_processor import OutputProcessor
-from ..outputs import RequestOutput, RequestOutputKind
+from ..outputs import RequestOutput
+from ..sampling_params import RequestOutputKind
 from ..entrypoints.llm import (check_prompt, check_sampling_params, fan_out,
                                       prepare_sampling_params)
 
@@ -31,7 +36,7 @@ __all__ = ['POLL_INTERVAL_MS', 'MAX_FAILED_STEPS', 'OUTPUT_LINGER_MS', 'HEARTBEA
            'EngineDeadError', 'EngineRequestError', 'bind_socket', 'params_to_wire', 'params_from_wire',
            'request_to_wire', 'request_from_wire', 'output_to_wire', 'output_from_wire', 'encode_request',
            'decode_request', 'EngineCoreProc', 'decode_or_error', 'make_engine_core', 'run_engine_core',
-           'RequestOutputCollector', 'AsyncLLM', 'check_request_params']
+           'RequestOutputCollector', 'AsyncLLM', 'stats_from_wire', 'check_request_params']
 
 # %% ../../nbs/24_async_llm.ipynb #ad6110ec
 class EngineCoreRequestType(bytes, Enum):
@@ -184,8 +189,8 @@ def _process_engine_step(self: EngineCoreProc) -> None:
         if self.num_failed_steps >= MAX_FAILED_STEPS: raise   # run() reports it: engine dead
         return self._recover_from_failed_step(running_before, e)
     self.step_counter, self.num_failed_steps = self.step_counter + 1, 0
-    if outputs.outputs:
-        stats = outputs.scheduler_stats
+    stats = outputs.scheduler_stats   # every step's: the metrics add up each step's counts
+    if outputs.outputs or stats is not None:
         self.send(outputs=[output_to_wire(o) for o in outputs.outputs],
                   stats=None if stats is None else asdict(stats))
 
@@ -342,6 +347,7 @@ class AsyncLLM:
         engine_args = EngineArgs(model=str(self.model_path), **engine_kwargs)
         self.tokenizer = load_tokenizer(self.model_path)
         # read once: its defaults and extra EOS ids complete every request (vLLM's InputProcessor)
+        self.engine_args = engine_args
         self.generation_config = try_get_generation_config(self.model_path,
                                                            engine_args.generation_config)
         self.output_processor = OutputProcessor(self.tokenizer)
@@ -351,6 +357,8 @@ class AsyncLLM:
         self.closing = False
         self.input_lock = threading.Lock()
         self.heartbeat_timeout, self.max_logprobs = heartbeat_timeout, max_logprobs
+        # vLLM's metrics, summed from every step's stats (chapter 23's StatLogger)
+        self.stat_logger = StatLogger(self.model_path.name)
         # a long prompt is tokenised off the event loop: one thread, like vLLM's tokenizer pool
         self.tokenizer_executor = concurrent.futures.ThreadPoolExecutor(1, "tokenizer")
         eos = self.tokenizer.eos_token_id if self.tokenizer is not None else None
@@ -430,6 +438,17 @@ def _process_outputs(self: AsyncLLM) -> None:
             self.proc.kill()   # frozen (SIGSTOP, a hung driver): it must not hold the GPU
         if self.errored is not None: return
 
+def stats_from_wire(d: dict | None) -> SchedulerStats | None:
+    "Rebuild the `SchedulerStats` of a step (sent as a dict)."
+    if d is None: return None
+    prefix = d.get("prefix_cache_stats")
+    return SchedulerStats(**d | {"prefix_cache_stats": prefix and PrefixCacheStats(**prefix)})
+
+@patch
+def get_metrics(self: AsyncLLM) -> list[Metric]:
+    "vLLM's metrics so far (`LLM.get_metrics`' snapshot): what `/metrics` shows."
+    with self.processor_lock: return self.stat_logger.get_metrics()
+
 @patch
 def _dispatch(self: AsyncLLM, message: dict) -> None:
     "Route one output message: outputs, per-request errors, stats, utility results, engine death."
@@ -440,11 +459,16 @@ def _dispatch(self: AsyncLLM, message: dict) -> None:
         future = self.utility_futures.pop(call_id, None)
         if future is not None:
             future.set_result(result) if ok else future.set_exception(RuntimeError(result))
+    iteration_stats = None
     if message.get("outputs"):
         with self.processor_lock:
             outputs = [output_from_wire(o) for o in message["outputs"]]
-            processed = self.output_processor.process_outputs(outputs)
+            iteration_stats = IterationStats()
+            processed = self.output_processor.process_outputs(outputs, iteration_stats)
         if processed.reqs_to_abort: self._send(EngineCoreRequestType.ABORT, processed.reqs_to_abort)
+    if message.get("stats") or iteration_stats is not None:
+        with self.processor_lock:
+            self.stat_logger.record(stats_from_wire(message.get("stats")), iteration_stats)
     for request_id, text, kind in message.get("errors") or []:
         self._reject(request_id, (ValueError if kind == "invalid" else EngineRequestError)(text))
 

@@ -12,13 +12,17 @@ import msgpack, zmq
 from fastcore.basics import patch
 from ..request import Request, RequestStatus
 from ..sampling_params import SamplingParams
-from ..core.sched.output import EngineCoreOutput, LogprobsLists
+from ..core.sched.output import EngineCoreOutput, LogprobsLists, PrefixCacheStats, SchedulerStats
+from ..metrics.loggers import StatLogger
+from ..metrics.reader import Metric
+from ..metrics.stats import IterationStats
 from .arg_utils import EngineArgs
 from .core import EngineCore, build_engine_core, load_tokenizer, resolve_model_path, try_get_generation_config
 from .output_processor import OutputProcessor
-from ..outputs import RequestOutput, RequestOutputKind
+from ..outputs import RequestOutput
+from ..sampling_params import RequestOutputKind
 from ..entrypoints.llm import check_prompt, check_sampling_params, fan_out, prepare_sampling_params
-__all__ = ['POLL_INTERVAL_MS', 'MAX_FAILED_STEPS', 'OUTPUT_LINGER_MS', 'HEARTBEAT_INTERVAL_S', 'HEARTBEAT_TIMEOUT_S', 'MAX_LOGPROBS', 'MAX_N', 'INT64_MIN', 'INT64_MAX', 'FLOAT_FIELDS', 'INT_FIELDS', 'EngineCoreRequestType', 'EngineDeadError', 'EngineRequestError', 'bind_socket', 'params_to_wire', 'params_from_wire', 'request_to_wire', 'request_from_wire', 'output_to_wire', 'output_from_wire', 'encode_request', 'decode_request', 'EngineCoreProc', 'decode_or_error', 'make_engine_core', 'run_engine_core', 'RequestOutputCollector', 'AsyncLLM', 'check_request_params']
+__all__ = ['POLL_INTERVAL_MS', 'MAX_FAILED_STEPS', 'OUTPUT_LINGER_MS', 'HEARTBEAT_INTERVAL_S', 'HEARTBEAT_TIMEOUT_S', 'MAX_LOGPROBS', 'MAX_N', 'INT64_MIN', 'INT64_MAX', 'FLOAT_FIELDS', 'INT_FIELDS', 'EngineCoreRequestType', 'EngineDeadError', 'EngineRequestError', 'bind_socket', 'params_to_wire', 'params_from_wire', 'request_to_wire', 'request_from_wire', 'output_to_wire', 'output_from_wire', 'encode_request', 'decode_request', 'EngineCoreProc', 'decode_or_error', 'make_engine_core', 'run_engine_core', 'RequestOutputCollector', 'AsyncLLM', 'stats_from_wire', 'check_request_params']
 
 class EngineCoreRequestType(bytes, Enum):
     """First frame of a front end -> engine message (vLLM's `EngineCoreRequestType`; SHUTDOWN: ours)."""
@@ -203,6 +207,10 @@ class AsyncLLM:
         """Output thread: dispatch every message from the engine until shutdown or engine death."""
         ...
 
+    def get_metrics(self: AsyncLLM) -> list[Metric]:
+        """vLLM's metrics so far (`LLM.get_metrics`' snapshot): what `/metrics` shows."""
+        ...
+
     def _dispatch(self: AsyncLLM, message: dict) -> None:
         """Route one output message: outputs, per-request errors, stats, utility results, engine death."""
         ...
@@ -248,6 +256,10 @@ class AsyncLLM:
 
     def __exit__(self: AsyncLLM, *exc):
         ...
+
+def stats_from_wire(d: dict | None) -> SchedulerStats | None:
+    """Rebuild the `SchedulerStats` of a step (sent as a dict)."""
+    ...
 INT64_MIN, INT64_MAX = (-2 ** 63, 2 ** 63 - 1)
 FLOAT_FIELDS = ('temperature', 'top_p', 'min_p', 'presence_penalty', 'frequency_penalty', 'repetition_penalty')
 INT_FIELDS = ('n', 'seed', 'max_tokens', 'min_tokens', 'logprobs', 'prompt_logprobs')

@@ -2,6 +2,7 @@
 
 # %% ../../nbs/24_async_llm.ipynb #e05a16cf
 from __future__ import annotations
+from ..sampling_params import RequestOutputKind
 import asyncio
 import time
 from typing import TYPE_CHECKING

@@ -4,27 +4,36 @@
 
 # %% ../../../nbs/25_api_server.ipynb #fc34cd76
 from __future__ import annotations
-import asyncio, json, logging, re, threading, time, uuid
+import asyncio, hashlib, itertools, json, logging, re, secrets, threading, time, uuid
 from contextlib import asynccontextmanager, contextmanager
-from typing import AsyncIterator, Iterator, Literal
+from typing import Any, AsyncIterator, Iterator, Literal
 from fastapi import APIRouter, FastAPI, Request as HTTPRequest
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, Field
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from ... import __version__
+from ...metrics.reader import Counter, Gauge, Histogram
+from pydantic import BaseModel, ConfigDict, Field
 from ...sampling_params import SamplingParams
 from ...core.sched.output import Logprob
-from ...outputs import CompletionOutput, RequestOutputKind
+from ...outputs import CompletionOutput, RequestOutput
+from ...sampling_params import RequestOutputKind
+from ...engine.core import get_diff_sampling_param
 from ...engine.async_llm import (AsyncLLM, EngineDeadError, EngineRequestError,
                                        INT64_MAX, INT64_MIN)
 
 # %% auto #0
-__all__ = ['REQUEST_FIELDS', 'SAMPLING_FIELDS', 'router', 'logger', 'error_response', 'validation_message', 'validation_param',
-           'StreamOptions', 'SamplingFields', 'CompletionRequest', 'ChatContentPart', 'ChatMessage',
-           'ChatCompletionRequest', 'ParamError', 'param_of', 'blame', 'check_request', 'num_logprobs',
-           'to_sampling_params', 'completion_prompt', 'chat_prompt', 'completion_logprobs', 'chat_logprobs',
-           'Generation', 'make_choice', 'full_response', 'stream_chunks', 'until_disconnected', 'respond', 'health',
-           'show_available_models', 'stats', 'create_completion', 'create_chat_completion', 'error_body',
-           'watch_engine', 'lifespan', 'build_app', 'serve', 'serve_in_thread']
+__all__ = ['REQUEST_FIELDS', 'UNSUPPORTED', 'DEFAULTED', 'router', 'METRIC_HELP', 'logger', 'GUARDED_PREFIX', 'error_response',
+           'validation_message', 'validation_param', 'OpenAIBaseModel', 'StreamOptions', 'SamplingFields',
+           'CompletionRequest', 'ChatContentPart', 'ChatMessage', 'ChatCompletionRequest', 'ParamError', 'param_of',
+           'blame', 'check_model', 'check_request', 'num_logprobs', 'max_tokens_for', 'to_sampling_params',
+           'completion_prompts', 'encode_prompt', 'chat_prompt', 'completion_logprobs', 'chat_logprobs',
+           'prompt_logprobs_json', 'Generation', 'make_choice', 'full_response', 'stream_chunks', 'until_disconnected',
+           'respond', 'health', 'show_available_models', 'stats', 'EngineMetricsCollector', 'metrics',
+           'TokenizeRequest', 'DetokenizeRequest', 'tokenize', 'detokenize', 'show_version', 'ping',
+           'create_completion', 'create_chat_completion', 'error_body', 'watch_engine', 'lifespan', 'add_api_key',
+           'build_app', 'serve', 'serve_in_thread']
 
 # %% ../../../nbs/25_api_server.ipynb #bf1ed695
 def error_response(message: str, status_code: int = 400, err_type: str = "BadRequestError",
@@ -56,41 +65,55 @@ def validation_param(exc: RequestValidationError) -> str:
     return ".".join(parts) or "body"
 
 # %% ../../../nbs/25_api_server.ipynb #8427c040
-class StreamOptions(BaseModel):
-    "`stream_options` of a streamed request (`include_usage` adds a final usage chunk)."
-    include_usage: bool = False
+class OpenAIBaseModel(BaseModel):
+    "A request body; a field it does not declare is kept in `model_extra` and ignored (as vLLM)."
+    model_config = ConfigDict(extra="allow")
 
-class SamplingFields(BaseModel):
-    "Generation parameters of completions and chat completions (OpenAI's and vLLM's names)."
+class StreamOptions(OpenAIBaseModel):
+    "`stream_options` of a streamed request (`include_usage` adds a final usage chunk)."
+    include_usage: bool | None = False
+    continuous_usage_stats: bool | None = False
+
+class SamplingFields(OpenAIBaseModel):
+    "Fields of both endpoints; `None` (or absent) means the model's default, then vLLM's."
     model: str | None = None
     max_tokens: int | None = None
-    n: int = 1
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    min_p: float = 0.0
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    repetition_penalty: float = 1.0
+    n: int | None = 1
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repetition_penalty: float | None = None
     min_tokens: int = 0
     seed: int | None = Field(None, ge=INT64_MIN, le=INT64_MAX)   # vLLM's bound
     stop: str | list[str] | None = None
     stop_token_ids: list[int] | None = None
     include_stop_str_in_output: bool = False
-    skip_special_tokens: bool = True
+    skip_special_tokens: bool | None = None
     ignore_eos: bool = False
-    stream: bool = False
+    logit_bias: dict[str, float] | None = None
+    allowed_token_ids: list[int] | None = None
+    bad_words: list[str] | None = None
+    prompt_logprobs: int | None = None
+    echo: bool | None = False
+    priority: int = 0
+    request_id: str | None = None
+    user: str | None = None            # for the client's own bookkeeping: nothing to do
+    stream: bool | None = False
     stream_options: StreamOptions | None = None
-    return_token_ids: bool = False
+    return_token_ids: bool | None = None
+    return_tokens_as_token_ids: bool | None = None
 
 class CompletionRequest(SamplingFields):
-    "Body of `POST /v1/completions`: a text or token-id prompt; `logprobs`: top tokens wanted."
+    "Body of `POST /v1/completions`: prompts as text or token ids; `logprobs`: top tokens wanted."
     prompt: str | list[int] | list[str] | list[list[int]]
     logprobs: int | None = None
-    echo: bool = False
+    add_special_tokens: bool = True
 
 class ChatContentPart(BaseModel):
-    "One part of a message's content; minivllm reads text only."
+    "One part of a message's content; minivllm reads text only (an image part is a 400)."
     type: Literal["text"]
     text: str
 
@@ -103,23 +126,41 @@ class ChatCompletionRequest(SamplingFields):
     "Body of `POST /v1/chat/completions`: the conversation so far; `logprobs` + `top_logprobs`."
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = None
-    logprobs: bool = False
-    top_logprobs: int | None = None
+    logprobs: bool | None = False
+    top_logprobs: int | None = 0
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    add_special_tokens: bool = False
+    chat_template: str | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    include_reasoning: bool = True          # no reasoning parser: there is nothing to leave out
+    parallel_tool_calls: bool | None = True   # about tools only, and tools are refused
 
 REQUEST_FIELDS = sorted(set(CompletionRequest.model_fields)
                         | set(ChatCompletionRequest.model_fields))
 
-# %% ../../../nbs/25_api_server.ipynb #7bfd98f4
-# request fields passed to SamplingParams as they are: the same names on both sides
-SAMPLING_FIELDS = ["n", "temperature", "top_p", "top_k", "min_p", "presence_penalty",
-                   "frequency_penalty", "repetition_penalty", "min_tokens", "seed", "stop",
-                   "stop_token_ids", "include_stop_str_in_output", "skip_special_tokens",
-                   "ignore_eos"]
+# %% ../../../nbs/25_api_server.ipynb #w25u01
+# vLLM 0.33's request fields that minivllm does not implement, each with the values that ask
+# for nothing (vLLM's defaults): any other value is a 400 that names the field.
+UNSUPPORTED = {
+    "suffix": [None], "use_beam_search": [False], "length_penalty": [1.0],
+    "watermarking": [None, False], "truncate_prompt_tokens": [None], "truncation_side": [None],
+    "spaces_between_special_tokens": [True], "logprob_token_ids": [None, []],
+    "prompt_embeds": [None], "response_format": [None, {"type": "text"}],
+    "structured_outputs": [None], "session_id": [None], "return_weight_versions": [False],
+    "routed_experts_prompt_start": [0], "return_token_offsets": [None, False],
+    "mm_payload": ["tensors"], "return_mm_kwargs": [None, False], "cache_salt": [None],
+    "kv_transfer_params": [None], "ec_transfer_params": [None], "vllm_xargs": [None],
+    "repetition_detection": [None], "thinking_token_budget": [None], "stream_interval": [None, 1],
+    "tools": [None, []], "tool_choice": [None, "none"], "reasoning_effort": [None],
+    "documents": [None], "media_io_kwargs": [None], "mm_processor_kwargs": [None],
+    "return_prompt_text": [None, False]}
 
+# %% ../../../nbs/25_api_server.ipynb #7bfd98f4
 class ParamError(ValueError):
-    "A `ValueError` that says which request field is wrong."
-    def __init__(self, message: str, param: str):
-        super().__init__(message); self.param = param
+    "A `ValueError` that says which request field is wrong (and the status: 404 for a model)."
+    def __init__(self, message: str, param: str, status_code: int = 400):
+        super().__init__(message); self.param, self.status_code = param, status_code
 
 def param_of(error: Exception, fields) -> str | None:
     "The field an error names: its `param`, else `SamplingParams.<field>`, else a field's name."
@@ -138,115 +179,208 @@ def blame(param: str):
         if param_of(e, REQUEST_FIELDS) is not None: raise
         raise ParamError(str(e), param) from e
 
+def check_model(model: str | None, model_name: str) -> None:
+    "An unknown model is a 404 (vLLM's `NotFoundError`, from vllm/entrypoints/serve/engine)."
+    if model is not None and model != model_name:
+        raise ParamError(f"The model `{model}` does not exist.", "model", 404)
+
 def check_request(body: SamplingFields, model_name: str) -> None:
-    "Reject an unknown model and the options minivllm does not implement."
-    if body.model is not None and body.model != model_name:
-        raise ParamError(f"The model `{body.model}` does not exist; this server serves "
-                         f"`{model_name}`", "model")
-    if getattr(body, "echo", False): raise ParamError("echo is not supported", "echo")
+    "vLLM's checks before any work: the model (404), fields minivllm lacks, vLLM's field rules."
+    check_model(body.model, model_name)
+    extra = body.model_extra or {}
+    for name, no_ops in UNSUPPORTED.items():
+        if name in extra and extra[name] not in no_ops:
+            raise ParamError(f"{name}={extra[name]!r} is not supported by minivllm (use vLLM)",
+                             name)
+    if body.stream_options is not None and body.stream_options.model_fields_set \
+            and not body.stream:   # vLLM's validate_stream_options
+        raise ParamError("Stream options can only be defined when `stream=True`.",
+                         "stream_options")
+    k = body.prompt_logprobs      # vLLM's check_logprobs
+    if k is not None and body.stream and (k > 0 or k == -1):
+        raise ParamError("`prompt_logprobs` are not available when `stream=True`.",
+                         "prompt_logprobs")
+    if isinstance(body, ChatCompletionRequest):
+        if body.continue_final_message and body.add_generation_prompt:
+            raise ParamError("Cannot set both `continue_final_message` and "
+                             "`add_generation_prompt` to True.", "continue_final_message")
 
 def num_logprobs(body: SamplingFields) -> int | None:
     "`SamplingParams.logprobs` for the body: completions' `logprobs`, or chat's `top_logprobs`."
     if isinstance(body, ChatCompletionRequest):
-        if body.top_logprobs is not None and not body.logprobs:
-            raise ParamError("top_logprobs needs logprobs: true", "top_logprobs")
+        if body.top_logprobs and not body.logprobs:
+            raise ParamError("when using `top_logprobs`, `logprobs` must be set to true.",
+                             "top_logprobs")
         return (body.top_logprobs or 0) if body.logprobs else None
     return body.logprobs
 
+# vLLM's _DEFAULT_SAMPLING_PARAMS: request value, else the model's default, else this
+DEFAULTED = {"repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0,
+             "temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0}
+
+def max_tokens_for(requested: int | None, num_prompt_tokens: int, max_model_len: int,
+                   defaults: dict) -> int:
+    "vLLM's `get_max_tokens`: the request's (else the model's) budget, cut to the room left."
+    if requested is not None and requested > max_model_len:
+        raise ParamError(f"max_tokens={requested} cannot be greater than max_model_len="
+                         f"{max_model_len}. Please request fewer output tokens.", "max_tokens")
+    fallback = requested if requested is not None else defaults.get("max_tokens")
+    room = max_model_len - num_prompt_tokens
+    return room if fallback is None else min(room, fallback)
+
 def to_sampling_params(body: SamplingFields, num_prompt_tokens: int, max_model_len: int,
-                       default_max_tokens: int | None) -> SamplingParams:
-    "The request's `SamplingParams`; `ValueError` for a wrong value or too long a prompt + output."
-    max_tokens = body.max_tokens if body.max_tokens is not None else default_max_tokens
-    if max_tokens is None: max_tokens = max_model_len - num_prompt_tokens   # all the room left
-    if num_prompt_tokens + max_tokens > max_model_len:
-        total = num_prompt_tokens + max_tokens
-        raise ParamError(f"This model's maximum context length is {max_model_len} tokens. "
-                         f"However, you requested {total} tokens ({num_prompt_tokens} in the "
-                         f"prompt, {max_tokens} in the completion). Please reduce the length of "
-                         "the prompt or the completion.", "max_tokens")
-    return SamplingParams(max_tokens=max_tokens, logprobs=num_logprobs(body),
-                          **{name: getattr(body, name) for name in SAMPLING_FIELDS})
+                       defaults: dict | None = None) -> SamplingParams:
+    "The request's `SamplingParams` (vLLM's `to_sampling_params`); `ValueError` for a wrong value."
+    defaults = defaults or {}
+    values = {name: getattr(body, name) if getattr(body, name) is not None
+              else defaults.get(name, default) for name, default in DEFAULTED.items()}
+    logprobs, prompt_logprobs = num_logprobs(body), body.prompt_logprobs
+    if prompt_logprobs is None and body.echo and isinstance(body, CompletionRequest):
+        prompt_logprobs = logprobs      # the echoed prompt gets logprobs too
+    skip = body.skip_special_tokens
+    return SamplingParams.from_optional(
+        max_tokens=max_tokens_for(body.max_tokens, num_prompt_tokens, max_model_len, defaults),
+        n=body.n, seed=body.seed, stop=body.stop, stop_token_ids=body.stop_token_ids,
+        logprobs=logprobs, prompt_logprobs=prompt_logprobs, min_tokens=body.min_tokens,
+        ignore_eos=body.ignore_eos, include_stop_str_in_output=body.include_stop_str_in_output,
+        skip_special_tokens=defaults.get("skip_special_tokens", True) if skip is None else skip,
+        logit_bias=body.logit_bias, allowed_token_ids=body.allowed_token_ids,
+        bad_words=body.bad_words, **values)
 
 # %% ../../../nbs/25_api_server.ipynb #9711c92e
-def completion_prompt(prompt) -> str | list[int]:
-    "The single prompt of a completion request (a string or token ids)."
+def completion_prompts(prompt) -> list[str | list[int]]:
+    "The prompts of a completion request: one text or token-id list, or a list of them (vLLM)."
     if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)):
-        if len(prompt) != 1:
-            raise ParamError("only one prompt per request is supported", "prompt")
-        prompt = prompt[0]
-    return prompt
+        return list(prompt)
+    return [prompt]
 
-def chat_prompt(tokenizer, messages: list[ChatMessage]) -> list[int]:
-    "Token ids of the conversation through the chat template, ending with the assistant's turn."
-    if tokenizer is None or not getattr(tokenizer, "chat_template", None):
+def encode_prompt(async_llm: AsyncLLM, prompt: str | list[int],
+                  add_special_tokens: bool = True) -> list[int]:
+    "Token ids of one prompt, checked by `AsyncLLM.tokenize_prompt` (`add_special_tokens`: BOS)."
+    tokenizer = async_llm.get_tokenizer()
+    if isinstance(prompt, str) and tokenizer is not None and not add_special_tokens:
+        prompt = tokenizer.encode(prompt, add_special_tokens=False) or prompt
+    return async_llm.tokenize_prompt(prompt)
+
+def _text(content) -> str:
+    "A message's content as one string (text parts joined, as vLLM joins them)."
+    return content if isinstance(content, str) else "\n".join(p.text for p in content)
+
+def chat_prompt(tokenizer, body: ChatCompletionRequest) -> list[int]:
+    "Token ids of the conversation through the chat template (vLLM's template options)."
+    if tokenizer is None or not (getattr(tokenizer, "chat_template", None) or body.chat_template):
         raise ParamError("this model has no tokenizer with a chat template; use "
                          "/v1/completions", "messages")
-    def text(content): return content if isinstance(content, str) else "".join(
-        p.text for p in content)
-    conversation = [{"role": m.role, "content": text(m.content)} for m in messages]
+    conversation = [{"role": m.role, "content": _text(m.content)} for m in body.messages]
+    options = dict(body.chat_template_kwargs or {}) | dict(
+        add_generation_prompt=body.add_generation_prompt,
+        continue_final_message=body.continue_final_message)
+    if body.chat_template is not None: options["chat_template"] = body.chat_template
     try:   # a template may refuse a conversation (roles out of order, ...) with any exception
-        prompt = tokenizer.apply_chat_template(conversation, tokenize=False,
-                                               add_generation_prompt=True)
-        return tokenizer.encode(prompt, add_special_tokens=False)   # it has the special tokens
+        prompt = tokenizer.apply_chat_template(conversation, tokenize=False, **options)
+        return tokenizer.encode(prompt, add_special_tokens=body.add_special_tokens)
     except Exception as e:
         raise ParamError(f"the chat template cannot render these messages: {e}", "messages")
 
 # %% ../../../nbs/25_api_server.ipynb #o16d02
-def _token(token_id: int, lp: Logprob) -> str:
-    "The token's text, or `token_id:<id>` without a tokenizer."
-    return lp.decoded_token if lp.decoded_token is not None else f"token_id:{token_id}"
+def _token(token_id: int, lp: Logprob | None, as_id: bool = False) -> str:
+    "The token's text, or `token_id:<id>` (asked for, or without a tokenizer)."
+    if as_id or lp is None or lp.decoded_token is None: return f"token_id:{token_id}"
+    return lp.decoded_token
 
-def _top(step: dict[int, Logprob], k: int) -> list[tuple[int, Logprob]]:
-    "The `k` most likely entries of one position, by rank."
-    return sorted(((t, lp) for t, lp in step.items() if lp.rank is not None and lp.rank <= k),
-                  key=lambda x: x[1].rank)
-
-def completion_logprobs(token_ids: list[int], logprobs: list[dict[int, Logprob]], k: int,
-                        text_offset: int = 0) -> dict:
-    "OpenAI's completions `logprobs`: tokens, token_logprobs, top_logprobs, text_offset."
+def completion_logprobs(token_ids: list[int], logprobs: list[dict[int, Logprob] | None], k: int,
+                        text_offset: int = 0, as_id: bool = False) -> dict:
+    "OpenAI's completions `logprobs`; `top_logprobs`: the first `k + 1` entries (sampled first)."
     out = dict(tokens=[], token_logprobs=[], top_logprobs=[], text_offset=[])
     for token_id, step in zip(token_ids, logprobs):
-        token = _token(token_id, step[token_id])
-        out["tokens"].append(token)
-        out["token_logprobs"].append(max(step[token_id].logprob, -9999.0))
-        top = {_token(t, lp): max(lp.logprob, -9999.0) for t, lp in _top(step, k)}
+        if step is None:   # the first prompt token of an echo: nothing to condition it on
+            token, logprob, top = _token(token_id, None, as_id), None, None
+        else:
+            token, logprob = _token(token_id, step[token_id], as_id), max(
+                step[token_id].logprob, -9999.0)
+            top = {_token(t, lp, as_id): max(lp.logprob, -9999.0)
+                   for t, lp in itertools.islice(step.items(), k + 1)}
+        out["tokens"].append(token); out["token_logprobs"].append(logprob)
         out["top_logprobs"].append(top)
         out["text_offset"].append(text_offset); text_offset += len(token)
     return out
 
-def chat_logprobs(token_ids: list[int], logprobs: list[dict[int, Logprob]], k: int) -> dict:
+def chat_logprobs(token_ids: list[int], logprobs: list[dict[int, Logprob]], k: int,
+                  as_id: bool = False) -> dict:
     "OpenAI's chat `logprobs`: `{content: [{token, logprob, bytes, top_logprobs}, ...]}`."
     def entry(t, lp):
-        token = _token(t, lp)
+        token = _token(t, lp, as_id)
         return dict(token=token, logprob=max(lp.logprob, -9999.0),
                     bytes=list(token.encode(errors="replace")))
-    return {"content": [entry(t, step[t]) | {"top_logprobs": [entry(*x) for x in _top(step, k)]}
-                        for t, step in zip(token_ids, logprobs)]}
+    return {"content": [entry(t, step[t]) | {"top_logprobs": [
+        entry(*x) for x in itertools.islice(step.items(), k)]}
+        for t, step in zip(token_ids, logprobs)]}
+
+def prompt_logprobs_json(prompt_logprobs: list[dict[int, Logprob] | None] | None) -> list | None:
+    "vLLM's `prompt_logprobs`: per prompt token None or `{id: {logprob, rank, decoded_token}}`."
+    if prompt_logprobs is None: return None
+    return [None if step is None else {str(t): dict(logprob=max(lp.logprob, -9999.0), rank=lp.rank,
+                                                    decoded_token=lp.decoded_token)
+                                       for t, lp in step.items()} for step in prompt_logprobs]
 
 # %% ../../../nbs/25_api_server.ipynb #1a2edce6
 class Generation:
-    "One request in flight: its id, object kind, prompt size and the `AsyncLLM` stream of deltas."
-    def __init__(self, async_llm: AsyncLLM, kind: str, prompt_token_ids: list[int],
-                 body: SamplingFields, sampling_params: SamplingParams, model_name: str):
+    "One HTTP request in flight: its prompts (one engine request each, `n` choices) and streams."
+    def __init__(self, async_llm: AsyncLLM, kind: str, prompts: list[list[int]],
+                 body: SamplingFields, params: list[SamplingParams], model_name: str,
+                 prompt_texts: list[str | None] | None = None, priority: int = 0):
         # kind: "text_completion" or "chat.completion"
         self.kind, self.body, self.model_name = kind, body, model_name
         prefix = "cmpl" if kind == "text_completion" else "chatcmpl"
-        self.request_id = f"{prefix}-{uuid.uuid4().hex}"
-        self.created, self.num_prompt_tokens = int(time.time()), len(prompt_token_ids)
-        self.num_output_tokens = 0
-        self.num_logprobs = sampling_params.logprobs
+        self.request_id = f"{prefix}-{body.request_id or uuid.uuid4().hex}"
+        self.created, self.priority = int(time.time()), priority
+        self.prompts, self.params = prompts, params
+        self.prompt_texts = prompt_texts or [None] * len(prompts)
+        self.num_prompt_tokens, self.num_output_tokens = sum(map(len, prompts)), 0
+        self.num_logprobs, self.n = params[0].logprobs, params[0].n
         self.text_offsets: dict[int, int] = {}   # choice index -> characters sent
-        self.async_llm, self.prompt_token_ids = async_llm, prompt_token_ids
-        self.sampling_params, self.stream = sampling_params, None
+        self.echo_text = ""   # chat `echo`: the last message, when the reply continues its role
+        self.async_llm, self.streams = async_llm, []
+
+    def engine_id(self, i: int) -> str:
+        "The engine request of prompt `i` (vLLM: `<request id>-<i>` for several prompts)."
+        return self.request_id if len(self.prompts) == 1 else f"{self.request_id}-{i}"
 
     async def start(self) -> "Generation":
-        "Validate and send the request (errors raise here, before any response); then its stream."
+        "Validate and send every request (errors raise here, before any response); their streams."
         # vLLM's serving code: DELTA when streaming, FINAL_ONLY otherwise
         kind = RequestOutputKind.DELTA if self.body.stream else RequestOutputKind.FINAL_ONLY
-        collector = await self.async_llm.add_request(self.request_id, self.prompt_token_ids,
-                                                     self.sampling_params, output_kind=kind)
-        self.stream = self.async_llm.stream_outputs(self.request_id, collector)
+        try:
+            for i, (ids, sp) in enumerate(zip(self.prompts, self.params)):
+                collector = await self.async_llm.add_request(
+                    self.engine_id(i), ids, sp, priority=self.priority, output_kind=kind)
+                self.streams.append(self.async_llm.stream_outputs(self.engine_id(i), collector))
+        except BaseException:   # one refused: the ones already sent go too
+            self.async_llm.abort([self.engine_id(i) for i in range(len(self.streams))])
+            raise
         return self
+
+    async def outputs(self) -> AsyncIterator[tuple[int, RequestOutput]]:
+        "`(prompt index, output)` from every stream, as they arrive."
+        if len(self.streams) == 1:
+            async for out in self.streams[0]: yield 0, out
+            return
+        queue: asyncio.Queue = asyncio.Queue()
+        async def pump(i, stream):
+            try:
+                async for out in stream: await queue.put((i, out))
+            except BaseException as e: await queue.put((i, e)); raise
+            finally: await queue.put((i, None))
+        tasks = [asyncio.ensure_future(pump(i, s)) for i, s in enumerate(self.streams)]
+        try:
+            open_streams = len(tasks)
+            while open_streams:
+                i, item = await queue.get()
+                if item is None: open_streams -= 1
+                elif isinstance(item, BaseException): raise item
+                else: yield i, item
+        finally:
+            for t in tasks: t.cancel()
 
     def usage(self) -> dict:
         "OpenAI's usage counts (every choice's tokens)."
@@ -260,56 +394,59 @@ class Generation:
                 "model": self.model_name, "choices": choices}
 
 # %% ../../../nbs/25_api_server.ipynb #abe56c5c
-def make_choice(g: Generation, c: CompletionOutput, chunk: bool, first: bool = False) -> dict:
-    "One choice of a response or chunk, in the endpoint's shape, from a completion or its delta."
-    choice = {"index": c.index, "logprobs": None, "finish_reason": c.finish_reason,
+def make_choice(g: Generation, i: int, c: CompletionOutput, out: RequestOutput, chunk: bool,
+                first: bool = False) -> dict:
+    "One choice of a response or chunk, in the endpoint's shape (prompt `i`'s completion `c`)."
+    index, echo = i * g.n + c.index, first and bool(g.body.echo)
+    choice = {"index": index, "logprobs": None, "finish_reason": c.finish_reason,
               "stop_reason": c.stop_reason}
-    if g.kind == "text_completion": choice["text"] = c.text
+    text, token_ids, logprobs = c.text, list(c.token_ids), c.logprobs
+    if echo and g.kind == "text_completion":   # vLLM: prompt text, ids and logprobs first
+        text = (g.prompt_texts[i] or "") + text
+        token_ids = list(out.prompt_token_ids) + token_ids
+        if logprobs is not None: logprobs = list(out.prompt_logprobs or []) + list(logprobs)
+    elif echo: text = g.echo_text + text
+    as_id = bool(g.body.return_tokens_as_token_ids)
+    if g.kind == "text_completion": choice["text"] = text
     elif chunk:
         choice["delta"] = ({"role": "assistant"} if first else {}) | (
-            {"content": c.text} if c.text or first else {})
-    else: choice["message"] = {"role": "assistant", "content": c.text}
-    if g.num_logprobs is not None and c.logprobs is not None:
+            {"content": text} if text or first else {})
+    else: choice["message"] = {"role": "assistant", "content": text}
+    if g.num_logprobs is not None and logprobs is not None:
         if g.kind == "text_completion":
-            choice["logprobs"] = completion_logprobs(c.token_ids, c.logprobs, g.num_logprobs,
-                                                     g.text_offsets.get(c.index, 0))
-        else: choice["logprobs"] = chat_logprobs(c.token_ids, c.logprobs, g.num_logprobs)
-    g.text_offsets[c.index] = g.text_offsets.get(c.index, 0) + len(c.text)
-    if g.body.return_token_ids: choice["token_ids"] = c.token_ids
+            choice["logprobs"] = completion_logprobs(token_ids, logprobs, g.num_logprobs,
+                                                     g.text_offsets.get(index, 0), as_id)
+        else: choice["logprobs"] = chat_logprobs(token_ids, logprobs, g.num_logprobs, as_id)
+    g.text_offsets[index] = g.text_offsets.get(index, 0) + len(text)
+    if g.kind == "text_completion" and not chunk:
+        choice["prompt_logprobs"] = prompt_logprobs_json(out.prompt_logprobs)
+    if g.body.return_token_ids:
+        choice["token_ids"] = list(c.token_ids)
+        if first: choice["prompt_token_ids"] = list(out.prompt_token_ids)
     return choice
 
 # %% ../../../nbs/25_api_server.ipynb #eae70a50
-def _merge(into: CompletionOutput | None, delta: CompletionOutput) -> CompletionOutput:
-    "A completion grown by one delta."
-    if into is None:
-        logprobs = None if delta.logprobs is None else list(delta.logprobs)
-        return CompletionOutput(delta.index, delta.text, list(delta.token_ids),
-                                delta.cumulative_logprob, logprobs, delta.finish_reason,
-                                delta.stop_reason)
-    into.text += delta.text; into.token_ids += delta.token_ids
-    if delta.logprobs is not None: into.logprobs += delta.logprobs
-    into.cumulative_logprob = delta.cumulative_logprob
-    into.finish_reason, into.stop_reason = delta.finish_reason, delta.stop_reason
-    return into
-
 async def full_response(g: Generation) -> dict:
     "Run the generation to the end; one response object, a choice per completion, with usage."
-    completions: dict[int, CompletionOutput] = {}
-    async for out in g.stream:
-        for c in out.outputs: completions[c.index] = _merge(completions.get(c.index), c)
-    g.num_output_tokens = sum(len(c.token_ids) for c in completions.values())
-    choices = [make_choice(g, completions[i], False) for i in sorted(completions)]
-    return g.envelope(choices, False) | {"usage": g.usage()}
+    finals: dict[int, RequestOutput] = {}
+    async for i, out in g.outputs(): finals[i] = out   # FINAL_ONLY: one output per prompt
+    choices = [make_choice(g, i, c, finals[i], False, first=True)
+               for i in sorted(finals) for c in sorted(finals[i].outputs, key=lambda c: c.index)]
+    g.num_output_tokens = sum(len(c.token_ids) for out in finals.values() for c in out.outputs)
+    response = g.envelope(choices, False) | {"usage": g.usage()}
+    if g.kind == "chat.completion":   # vLLM puts the prompt's logprobs beside the choices
+        response["prompt_logprobs"] = prompt_logprobs_json(finals[0].prompt_logprobs)
+    return response
 
 async def stream_chunks(g: Generation) -> AsyncIterator[str]:
     "Server-sent events: a chunk per delta, an optional usage chunk, `[DONE]`; errors as an event."
     try:
         started = set()
-        async for out in g.stream:
+        async for i, out in g.outputs():
             for c in out.outputs:
                 g.num_output_tokens += len(c.token_ids)
-                choice = make_choice(g, c, True, first=c.index not in started)
-                started.add(c.index)
+                choice = make_choice(g, i, c, out, True, first=(i, c.index) not in started)
+                started.add((i, c.index))
                 yield f"data: {json.dumps(g.envelope([choice], True))}\n\n"
         if g.body.stream_options and g.body.stream_options.include_usage:
             yield f"data: {json.dumps(g.envelope([], True) | {'usage': g.usage()})}\n\n"
@@ -367,22 +504,148 @@ async def stats(raw_request: HTTPRequest):
     in_flight = {"num_requests_in_flight": async_llm.num_requests_in_flight}
     return await async_llm.get_stats() | in_flight
 
+# %% ../../../nbs/25_api_server.ipynb #w25o02
+class EngineMetricsCollector:
+    "A `prometheus_client` collector: `AsyncLLM.get_metrics()` as metric families, at each scrape."
+    def __init__(self, async_llm: AsyncLLM): self.async_llm = async_llm
+
+    def collect(self):
+        families = {}
+        for m in self.async_llm.get_metrics():
+            if m.name not in families:
+                kind = {Counter: CounterMetricFamily, Gauge: GaugeMetricFamily,
+                        Histogram: HistogramMetricFamily}[type(m)]
+                families[m.name] = kind(m.name, METRIC_HELP.get(m.name, m.name),
+                                        labels=list(m.labels))
+            if isinstance(m, Histogram):
+                families[m.name].add_metric(list(m.labels.values()), list(m.buckets.items()),
+                                            m.sum)
+            else: families[m.name].add_metric(list(m.labels.values()), m.value)
+        yield from families.values()
+
+METRIC_HELP = {   # vLLM's descriptions (vllm/v1/metrics/loggers.py)
+    "vllm:num_requests_running": "Number of requests in model execution batches.",
+    "vllm:num_requests_waiting": "Number of requests waiting to be processed.",
+    "vllm:kv_cache_usage_perc": "KV-cache usage. 1 means 100 percent usage.",
+    "vllm:prefix_cache_queries": "Prefix cache queries, in terms of number of queried tokens.",
+    "vllm:prefix_cache_hits": "Prefix cache hits, in terms of number of cached tokens.",
+    "vllm:num_preemptions": "Cumulative number of preemption from the engine.",
+    "vllm:prompt_tokens": "Number of prefill tokens processed.",
+    "vllm:generation_tokens": "Number of generation tokens processed.",
+    "vllm:request_success": "Count of successfully processed requests.",
+    "vllm:time_to_first_token_seconds": "Histogram of time to first token in seconds.",
+    "vllm:inter_token_latency_seconds": "Histogram of inter-token latency in seconds.",
+    "vllm:e2e_request_latency_seconds": "Histogram of e2e request latency in seconds.",
+    "vllm:request_queue_time_seconds": "Histogram of time spent in WAITING phase for request."}
+
+@router.get("/metrics")
+async def metrics(raw_request: HTTPRequest):
+    "vLLM's metrics in Prometheus' text format (names, types and labels as `vllm serve`'s)."
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(EngineMetricsCollector(raw_request.app.state.async_llm))
+    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+# %% ../../../nbs/25_api_server.ipynb #w25o03
+class TokenizeRequest(OpenAIBaseModel):
+    "Body of `POST /tokenize`: a `prompt`, or chat `messages` through the template (vLLM's two)."
+    model: str | None = None
+    prompt: str | None = None
+    messages: list[ChatMessage] | None = None
+    add_special_tokens: bool | None = None   # vLLM: True for a prompt, False for messages
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    chat_template_kwargs: dict[str, Any] | None = None
+    return_token_strs: bool | None = False
+
+class DetokenizeRequest(OpenAIBaseModel):
+    "Body of `POST /detokenize`: token ids."
+    model: str | None = None
+    tokens: list[int]
+
+def _tokenizer(async_llm: AsyncLLM, param: str):
+    tokenizer = async_llm.get_tokenizer()
+    if tokenizer is None: raise ParamError("this model has no tokenizer", param)
+    return tokenizer
+
+@router.post("/tokenize")
+async def tokenize(body: TokenizeRequest, raw_request: HTTPRequest):
+    "Token ids of a prompt or a conversation: `{count, max_model_len, tokens, token_strs}`."
+    async_llm, model_name = _state(raw_request)
+    check_model(body.model, model_name)
+    tokenizer = _tokenizer(async_llm, "prompt" if body.messages is None else "messages")
+    if body.messages is not None:
+        chat = ChatCompletionRequest(
+            messages=body.messages, add_generation_prompt=body.add_generation_prompt,
+            continue_final_message=body.continue_final_message,
+            chat_template_kwargs=body.chat_template_kwargs,
+            add_special_tokens=bool(body.add_special_tokens))
+        ids = chat_prompt(tokenizer, chat)
+    elif body.prompt is not None:
+        special = True if body.add_special_tokens is None else body.add_special_tokens
+        ids = tokenizer.encode(body.prompt, add_special_tokens=special)
+    else: raise ParamError("give a prompt or messages", "prompt")
+    strs = tokenizer.convert_ids_to_tokens(ids) if body.return_token_strs else None
+    return {"count": len(ids), "max_model_len": async_llm.max_model_len, "tokens": ids,
+            "token_strs": strs}
+
+@router.post("/detokenize")
+async def detokenize(body: DetokenizeRequest, raw_request: HTTPRequest):
+    "The text of token ids: `{prompt}`."
+    async_llm, model_name = _state(raw_request)
+    check_model(body.model, model_name)
+    tokenizer, vocab_size = _tokenizer(async_llm, "tokens"), async_llm.engine_info["vocab_size"]
+    if any(not 0 <= t < vocab_size for t in body.tokens):
+        raise ParamError(f"tokens must be inside the vocabulary [0, {vocab_size})", "tokens")
+    return {"prompt": tokenizer.decode(body.tokens)}
+
+@router.get("/version")
+async def show_version():
+    "The server's version (vLLM answers with its own)."
+    return {"version": __version__}
+
+@router.get("/ping")
+@router.post("/ping")
+async def ping(raw_request: HTTPRequest):
+    "vLLM's `/ping` (SageMaker's health check): what `/health` answers."
+    return await health(raw_request)
+
 # %% ../../../nbs/25_api_server.ipynb #2ffe510a
 async def _off_loop(async_llm: AsyncLLM, fn, *args):
     "Run `fn(*args)` in `AsyncLLM`'s tokenizer thread: a 2 MB prompt must not stall the loop."
     return await asyncio.get_running_loop().run_in_executor(async_llm.tokenizer_executor, fn, *args)
 
+def _defaults(raw_request: HTTPRequest) -> dict:
+    "The model's sampling defaults (vLLM's `get_diff_sampling_param`), read once per app."
+    return raw_request.app.state.default_sampling_params
+
+def _check_priority(async_llm: AsyncLLM, priority: int) -> int:
+    "vLLM refuses a priority unless the scheduler orders by it."
+    if priority and async_llm.engine_args.scheduling_policy != "priority":
+        raise ParamError("Got priority != 0 but the scheduling policy is not 'priority'",
+                         "priority")
+    return priority
+
 @router.post("/v1/completions")
 async def create_completion(body: CompletionRequest, raw_request: HTTPRequest):
-    "`POST /v1/completions`: one prompt (text or token ids) -> `n` completions, whole or streamed."
+    "`POST /v1/completions`: prompts (text or ids) -> `n` completions each, whole or in chunks."
     async_llm, model_name = _state(raw_request)
     check_request(body, model_name)
+    priority = _check_priority(async_llm, body.priority)
+    if body.max_tokens is None: body.max_tokens = 16   # vLLM's normalize_null_max_tokens
+    prompts, ids = completion_prompts(body.prompt), []
     with blame("prompt"):
-        prompt_token_ids = await _off_loop(async_llm, async_llm.tokenize_prompt,
-                                           completion_prompt(body.prompt))
-    sp = to_sampling_params(body, len(prompt_token_ids), async_llm.max_model_len,
-                            default_max_tokens=16)
-    g = Generation(async_llm, "text_completion", prompt_token_ids, body, sp, model_name)
+        for prompt in prompts:
+            ids.append(await _off_loop(async_llm, encode_prompt, async_llm, prompt,
+                                       body.add_special_tokens))
+    texts = [p if isinstance(p, str) else None for p in prompts]
+    if body.echo:   # the echoed prompt as text: token-id prompts are decoded
+        tokenizer = async_llm.get_tokenizer()
+        if tokenizer is None and None in texts:
+            raise ParamError("echo of a token-id prompt needs a tokenizer", "echo")
+        texts = [t if t is not None else tokenizer.decode(x) for t, x in zip(texts, ids)]
+    params = [to_sampling_params(body, len(x), async_llm.max_model_len, _defaults(raw_request))
+              for x in ids]
+    g = Generation(async_llm, "text_completion", ids, body, params, model_name, texts, priority)
     return await respond(raw_request, await g.start())
 
 @router.post("/v1/chat/completions")
@@ -390,12 +653,21 @@ async def create_chat_completion(body: ChatCompletionRequest, raw_request: HTTPR
     "`POST /v1/chat/completions`: messages through the chat template -> `n` replies."
     async_llm, model_name = _state(raw_request)
     check_request(body, model_name)
-    prompt = await _off_loop(async_llm, chat_prompt, async_llm.get_tokenizer(), body.messages)
+    priority = _check_priority(async_llm, body.priority)
+    if body.chat_template is not None and not raw_request.app.state.trust_request_chat_template:
+        raise ParamError("Chat template is passed with request, but "   # vLLM's message
+                         "--trust-request-chat-template is not set. Refused request with "
+                         "untrusted chat template.", "chat_template")
+    prompt = await _off_loop(async_llm, chat_prompt, async_llm.get_tokenizer(), body)
     with blame("messages"): prompt_token_ids = async_llm.tokenize_prompt(prompt)
-    if body.max_tokens is None: body.max_tokens = body.max_completion_tokens
+    if body.max_completion_tokens is not None: body.max_tokens = body.max_completion_tokens
     sp = to_sampling_params(body, len(prompt_token_ids), async_llm.max_model_len,
-                            default_max_tokens=None)
-    g = Generation(async_llm, "chat.completion", prompt_token_ids, body, sp, model_name)
+                            _defaults(raw_request))
+    g = Generation(async_llm, "chat.completion", [prompt_token_ids], body, [sp], model_name,
+                   priority=priority)
+    role = "assistant" if body.add_generation_prompt else body.messages[-1].role
+    if body.echo and body.messages[-1].role == role:   # vLLM: the reply continues that message
+        g.echo_text = _text(body.messages[-1].content)
     return await respond(raw_request, await g.start())
 
 # %% ../../../nbs/25_api_server.ipynb #cbf9f474
@@ -403,6 +675,8 @@ logger = logging.getLogger("minivllm.api_server")
 
 def error_body(e: Exception, fields=()) -> JSONResponse:
     "The error response for an exception: 400 naming the field, or a 500 that shows no internals."
+    if isinstance(e, ParamError) and e.status_code == 404:
+        return error_response(str(e), 404, "NotFoundError", e.param)
     if isinstance(e, (ValueError, TypeError)):
         return error_response(str(e), param=param_of(e, fields))
     if isinstance(e, EngineRequestError):   # one request failed in the engine; the engine lives
@@ -431,13 +705,32 @@ async def lifespan(app: FastAPI):
     yield
     task.cancel()
 
+GUARDED_PREFIX = ("/v1",)   # vLLM's AuthenticationMiddleware guards these paths only
+
+def add_api_key(app: FastAPI, api_key: str) -> None:
+    "Answer 401 to a `/v1` request without `Authorization: Bearer <api_key>` (vLLM's rule)."
+    expected = hashlib.sha256(api_key.encode()).digest()
+    @app.middleware("http")
+    async def authenticate(request: HTTPRequest, call_next):
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        ok = scheme.lower() == "bearer" and secrets.compare_digest(
+            hashlib.sha256(token.encode()).digest(), expected)
+        if request.method != "OPTIONS" and request.url.path.startswith(GUARDED_PREFIX) and not ok:
+            return JSONResponse({"error": "Unauthorized"}, status_code=401)
+        return await call_next(request)
+
 def build_app(async_llm: AsyncLLM, model_name: str | None = None,
-              keep_alive_on_engine_death: bool = False) -> FastAPI:
+              keep_alive_on_engine_death: bool = False, api_key: str | None = None,
+              trust_request_chat_template: bool = False) -> FastAPI:
     "The FastAPI app serving `async_llm` under `model_name` (default: the model folder's name)."
     app = FastAPI(title="minivllm", lifespan=lifespan,
                   description="OpenAI-compatible API over minivllm's AsyncLLM")
     app.state.async_llm, app.state.model_name = async_llm, model_name or async_llm.model_path.name
     app.state.keep_alive_on_engine_death, app.state.server = keep_alive_on_engine_death, None
+    app.state.trust_request_chat_template = trust_request_chat_template
+    app.state.default_sampling_params = get_diff_sampling_param(   # vLLM reads them once too
+        async_llm.generation_config, async_llm.engine_args.generation_config)
+    if api_key: add_api_key(app, api_key)
     app.include_router(router)
     app.add_exception_handler(RequestValidationError, lambda r, e: error_response(
         validation_message(e), param=validation_param(e)))
@@ -448,11 +741,13 @@ def build_app(async_llm: AsyncLLM, model_name: str | None = None,
 # %% ../../../nbs/25_api_server.ipynb #9d8c0a29
 def serve(model: str | None = None, host: str = "127.0.0.1", port: int = 8000,
           model_name: str | None = None, keep_alive_on_engine_death: bool = False,
+          api_key: str | None = None, trust_request_chat_template: bool = False,
           **engine_kwargs) -> None:
     "Serve `model` (default: the embedded SmolLM2) until interrupted, or until the engine dies."
     import uvicorn
     with AsyncLLM(model, **engine_kwargs) as async_llm:
-        app = build_app(async_llm, model_name, keep_alive_on_engine_death)
+        app = build_app(async_llm, model_name, keep_alive_on_engine_death, api_key,
+                        trust_request_chat_template)
         app.state.server = uvicorn.Server(uvicorn.Config(app, host=host, port=port,
                                                          log_level="info"))
         app.state.server.run()

@@ -1,0 +1,82 @@
+"""`/metrics` in Prometheus' text format with vLLM's names and types, read with prometheus_client's own parser;
+`/tokenize`, `/detokenize`, `/version`, `/ping` (issue 20)."""
+import httpx, pytest, torch
+from prometheus_client.parser import text_string_to_metric_families
+from minivllm.engine.async_llm import AsyncLLM
+from minivllm.entrypoints.openai.api_server import build_app, serve_in_thread
+from minivllm.testing.tiny_models import make_tiny_model
+
+torch.set_num_threads(1)
+# vLLM 0.33's metric names and types (vllm/v1/metrics/loggers.py); the parser drops a counter's `_total`
+VLLM_METRICS = {"vllm:num_requests_running": "gauge", "vllm:num_requests_waiting": "gauge",
+                "vllm:kv_cache_usage_perc": "gauge", "vllm:prefix_cache_queries": "counter",
+                "vllm:prefix_cache_hits": "counter", "vllm:num_preemptions": "counter",
+                "vllm:prompt_tokens": "counter", "vllm:generation_tokens": "counter",
+                "vllm:request_success": "counter", "vllm:time_to_first_token_seconds": "histogram",
+                "vllm:inter_token_latency_seconds": "histogram", "vllm:e2e_request_latency_seconds": "histogram",
+                "vllm:request_queue_time_seconds": "histogram"}
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    "A fresh engine: its counters start at zero."
+    path = make_tiny_model(tmp_path_factory.mktemp("tiny") / "tiny")
+    with AsyncLLM(path, num_threads=1, num_gpu_blocks=64, max_model_len=256, block_size=16, seed=0) as async_llm, \
+         serve_in_thread(build_app(async_llm, "tiny")) as url:
+        yield async_llm, url
+
+
+def scrape(url) -> dict:
+    r = httpx.get(f"{url}/metrics")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    return {f.name: f for f in text_string_to_metric_families(r.text)}
+
+
+def sample(families, name, suffix="", **labels):
+    return next(s.value for s in families[name].samples
+                if s.name == name + suffix and all(s.labels.get(k) == v for k, v in labels.items()))
+
+
+def test_metrics_have_vllms_names_and_count_the_engines_tokens(tiny):
+    async_llm, url = tiny
+    before = scrape(url)
+    assert {name: before[name].type for name in VLLM_METRICS} == VLLM_METRICS
+    assert sample(before, "vllm:generation_tokens", "_total") == 0
+    prompt = list(range(1, 40))            # two full blocks: the second request hits the prefix cache
+    produced, prompt_tokens = 0, 0
+    for n, max_tokens in [(1, 5), (2, 7), (1, 3)]:
+        r = httpx.post(f"{url}/v1/completions", timeout=60, json={
+            "prompt": prompt, "n": n, "max_tokens": max_tokens, "temperature": 1.0, "ignore_eos": True})
+        produced += r.json()["usage"]["completion_tokens"]
+        prompt_tokens += r.json()["usage"]["prompt_tokens"] * n
+    after = scrape(url)
+    assert produced == 5 + 14 + 3
+    assert sample(after, "vllm:generation_tokens", "_total", model_name="tiny") == produced
+    assert sample(after, "vllm:prompt_tokens", "_total") == prompt_tokens
+    assert sample(after, "vllm:request_success", "_total", finished_reason="length") == 4   # n=2 counts 2
+    assert sample(after, "vllm:time_to_first_token_seconds", "_count") == 4
+    assert sample(after, "vllm:e2e_request_latency_seconds", "_bucket", le="+Inf") == 4
+    assert sample(after, "vllm:inter_token_latency_seconds", "_count") == produced - 4
+    assert sample(after, "vllm:prefix_cache_hits", "_total") >= 32
+    assert sample(after, "vllm:prefix_cache_queries", "_total") >= sample(after, "vllm:prefix_cache_hits", "_total")
+    assert sample(after, "vllm:num_requests_running") == 0
+
+
+def test_tokenize_detokenize_version_ping():
+    with AsyncLLM(num_threads=1, num_gpu_blocks=64, max_model_len=512, seed=0) as async_llm, \
+         serve_in_thread(build_app(async_llm)) as url:
+        tok = async_llm.get_tokenizer()
+        r = httpx.post(f"{url}/tokenize", json={"prompt": "Hello world", "return_token_strs": True}).json()
+        assert r["tokens"] == tok.encode("Hello world") and r["count"] == len(r["tokens"])
+        assert r["max_model_len"] == 512 and r["token_strs"] == tok.convert_ids_to_tokens(r["tokens"])
+        messages = [{"role": "user", "content": "Hi"}]
+        chat = httpx.post(f"{url}/tokenize", json={"messages": messages}).json()
+        assert chat["tokens"] == tok.encode(tok.apply_chat_template(messages, tokenize=False,
+                                                                    add_generation_prompt=True), add_special_tokens=False)
+        assert httpx.post(f"{url}/detokenize", json={"tokens": r["tokens"]}).json() == {"prompt": "Hello world"}
+        bad = httpx.post(f"{url}/detokenize", json={"tokens": [10**9]})
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == "tokens"
+        assert httpx.post(f"{url}/tokenize", json={"model": "gpt-4", "prompt": "x"}).status_code == 404
+        import minivllm
+        assert httpx.get(f"{url}/version").json() == {"version": minivllm.__version__}
+        assert httpx.get(f"{url}/ping").status_code == 200 and httpx.post(f"{url}/ping").status_code == 200
