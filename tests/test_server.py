@@ -487,3 +487,28 @@ def test_skip_special_tokens_reaches_the_engine(embedded):
     body = {"prompt": "Hi", "max_tokens": 2, "temperature": 0, "ignore_eos": True, "logit_bias": {str(eos_id): 100}}
     assert eos not in _post(url, body).json()["choices"][0]["text"]
     assert eos in _post(url, body | {"skip_special_tokens": False}).json()["choices"][0]["text"]
+
+
+# ---------------------------------------------------------------- issue 20: the CLI's server and timeline commands
+def test_cli_serve_passes_api_key_and_keep_alive():
+    import inspect
+    from minivllm.entrypoints.cli.main import build_parser, serve_options
+    from minivllm.entrypoints.openai.api_server import serve
+    args = build_parser().parse_args(["serve", "/m", "--api-key", "k", "--keep-alive-on-engine-death",
+                                      "--trust-request-chat-template"])
+    server, _ = serve_options(args)
+    assert (server["api_key"], server["keep_alive_on_engine_death"], server["trust_request_chat_template"]) == \
+        ("k", True, True)
+    assert set(server) <= set(inspect.signature(serve).parameters)   # serve takes every option the CLI passes
+    assert "keep_alive_on_engine_death" not in serve_options(build_parser().parse_args(["serve", "/m"]))[0]
+
+
+def test_cli_timeline_draws_a_recorded_vllm_run(tmp_path, capsys):
+    from pathlib import Path
+    from minivllm.entrypoints.cli.main import main
+    run = Path(__file__).parent.parent / "nbs" / "vllm_runs" / "E6.jsonl"
+    summary = main(["timeline", str(run), "--out", str(tmp_path / "e6.png"), "--steps", "1:3"])
+    assert Path(summary["figure"]).stat().st_size > 0 and summary["figure"] == str(tmp_path / "e6.png")
+    assert Path(summary["steps_figure"]).name == "e6.steps1-2.png" and Path(summary["steps_figure"]).exists()
+    assert "E6.jsonl" in capsys.readouterr().out
+    with pytest.raises(SystemExit): main(["timeline", str(run), "--steps", "3:1"])
