@@ -512,3 +512,13 @@ def test_cli_timeline_draws_a_recorded_vllm_run(tmp_path, capsys):
     assert Path(summary["steps_figure"]).name == "e6.steps1-2.png" and Path(summary["steps_figure"]).exists()
     assert "E6.jsonl" in capsys.readouterr().out
     with pytest.raises(SystemExit): main(["timeline", str(run), "--steps", "3:1"])
+
+
+def test_continuous_usage_stats(tiny):
+    "vLLM's stream_options.continuous_usage_stats: usage in every chunk (with include_usage)."
+    _, url = tiny
+    body = {"prompt": [1, 2, 3], "max_tokens": 3, "temperature": 0, "ignore_eos": True, "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+    lines = [json.loads(line[6:]) for line in httpx.post(f"{url}/v1/completions", json=body, timeout=60).text.splitlines()
+             if line.startswith("data: {")]
+    assert [chunk["usage"]["completion_tokens"] for chunk in lines] == [1, 2, 3, 3]

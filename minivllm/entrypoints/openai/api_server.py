@@ -440,6 +440,8 @@ async def full_response(g: Generation) -> dict:
 
 async def stream_chunks(g: Generation) -> AsyncIterator[str]:
     "Server-sent events: a chunk per delta, an optional usage chunk, `[DONE]`; errors as an event."
+    options = g.body.stream_options
+    every = bool(options and options.include_usage and options.continuous_usage_stats)   # vLLM's
     try:
         started = set()
         async for i, out in g.outputs():
@@ -447,8 +449,9 @@ async def stream_chunks(g: Generation) -> AsyncIterator[str]:
                 g.num_output_tokens += len(c.token_ids)
                 choice = make_choice(g, i, c, out, True, first=(i, c.index) not in started)
                 started.add((i, c.index))
-                yield f"data: {json.dumps(g.envelope([choice], True))}\n\n"
-        if g.body.stream_options and g.body.stream_options.include_usage:
+                chunk = g.envelope([choice], True) | ({"usage": g.usage()} if every else {})
+                yield f"data: {json.dumps(chunk)}\n\n"
+        if options and options.include_usage:
             yield f"data: {json.dumps(g.envelope([], True) | {'usage': g.usage()})}\n\n"
     except Exception as e:   # after the 200 header: the error travels as an event
         body = json.loads(error_body(e, REQUEST_FIELDS).body)
