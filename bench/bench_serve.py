@@ -1,7 +1,8 @@
 """Online serving benchmark on loopback: Poisson arrivals against `minivllm serve`'s API (not a test).
 
 Starts an `AsyncLLM` and the OpenAI-compatible server in this process (uvicorn in a thread, 127.0.0.1, a free
-port), then for each request rate sends `--num-prompts` streaming `/v1/completions` requests whose arrival
+port), then for each request rate, with the client of `minivllm bench serve`
+(minivllm.benchmarks.serve, chapter 27), sends `--num-prompts` streaming `/v1/completions` requests whose arrival
 gaps are exponential (a Poisson process), random token-id prompts of `--input-len` tokens, exactly
 `--output-len` output tokens each (`ignore_eos`). Metrics follow `vllm bench serve`:
 
@@ -16,57 +17,15 @@ against load, bench/results/bench_serve.png.
     nice python bench/bench_serve.py                       # embedded SmolLM2, rates 1 2 4 req/s
     nice python bench/bench_serve.py --tiny --rates 8 32 128 --num-prompts 200
 """
-import argparse, asyncio, json, random, tempfile, time
+import argparse, asyncio, json, tempfile
 from pathlib import Path
 
-import httpx
-import numpy as np
-
+from minivllm.benchmarks.serve import metrics, random_prompts, run_requests
 from minivllm.engine.async_llm import AsyncLLM
 from minivllm.testing.tiny_models import make_tiny_model
 from minivllm.entrypoints.openai.api_server import build_app, serve_in_thread
 
 RESULTS = Path(__file__).parent / "results"
-
-
-async def one_request(client, url, prompt, output_len) -> dict:
-    "Stream one completion; the send time and the arrival time of every chunk that carried tokens."
-    body = dict(prompt=prompt, max_tokens=output_len, temperature=0, ignore_eos=True, stream=True,
-                return_token_ids=True)
-    sent, times, num_tokens = time.perf_counter(), [], 0
-    async with client.stream("POST", f"{url}/v1/completions", json=body) as r:
-        r.raise_for_status()
-        async for line in r.aiter_lines():
-            if not line.startswith("data: {"): continue
-            choices = json.loads(line[6:])["choices"]
-            if choices and choices[0].get("token_ids"):
-                times.append(time.perf_counter()); num_tokens += len(choices[0]["token_ids"])
-    return dict(sent=sent, times=times, num_tokens=num_tokens)
-
-
-async def run_rate(url, prompts, output_len, rate, seed) -> tuple[list[dict], float]:
-    "Send every prompt at Poisson arrival times of `rate` requests/s; results and total duration."
-    rng = np.random.default_rng(seed)
-    async def delayed(client, delay, prompt):
-        await asyncio.sleep(delay)
-        return await one_request(client, url, prompt, output_len)
-    arrivals = np.cumsum(rng.exponential(1 / rate, len(prompts)))
-    start = time.perf_counter()
-    async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=len(prompts))) as client:
-        results = await asyncio.gather(*(delayed(client, t, p) for t, p in zip(arrivals, prompts)))
-    return results, time.perf_counter() - start
-
-
-def metrics(results, duration) -> dict:
-    "vllm bench serve's TTFT, TPOT, ITL (ms) summaries and output throughput."
-    ttft = [(r["times"][0] - r["sent"]) * 1e3 for r in results]
-    tpot = [(r["times"][-1] - r["times"][0]) * 1e3 / (r["num_tokens"] - 1) for r in results if r["num_tokens"] > 1]
-    itl = [d * 1e3 for r in results for d in np.diff(r["times"])]
-    def summary(x): return dict(mean=float(np.mean(x)), median=float(np.median(x)), p90=float(np.percentile(x, 90)),
-                                p99=float(np.percentile(x, 99)))
-    num_out = sum(r["num_tokens"] for r in results)
-    return dict(ttft_ms=summary(ttft), tpot_ms=summary(tpot), itl_ms=summary(itl), output_tokens=num_out,
-                duration_s=duration, output_throughput=num_out / duration, request_throughput=len(results) / duration)
 
 
 def plot(rows, title):
@@ -105,16 +64,18 @@ def main():
     with AsyncLLM(model, num_gpu_blocks=args.num_gpu_blocks, max_model_len=args.input_len + args.output_len + 16,
                   num_threads=args.threads, seed=args.seed) as async_llm, \
          serve_in_thread(build_app(async_llm)) as url:
-        rng = random.Random(args.seed)
         vocab_size = async_llm.engine_info["vocab_size"]
-        make_prompts = lambda n: [[rng.randrange(100 if vocab_size > 1000 else 3, vocab_size)
-                                   for _ in range(args.input_len)] for _ in range(n)]
-        asyncio.run(run_rate(url, make_prompts(2), 4, 100.0, args.seed))     # warm-up
+        def bodies(n, output_len, seed):
+            return [dict(prompt=p, max_tokens=output_len, temperature=0, ignore_eos=True, stream=True,
+                         return_token_ids=True)
+                    for p in random_prompts(n, args.input_len, vocab_size, seed)]
+        asyncio.run(run_requests(f"{url}/v1/completions", bodies(2, 4, args.seed), 100.0, args.seed))  # warm-up
         print(f"{async_llm.model_path.name}: {args.num_prompts} requests x {args.input_len} prompt tokens -> "
               f"{args.output_len} output tokens, per request rate")
-        for rate in args.rates:
-            results, duration = asyncio.run(run_rate(url, make_prompts(args.num_prompts), args.output_len, rate,
-                                                     args.seed))
+        for i, rate in enumerate(args.rates):
+            results, duration = asyncio.run(run_requests(
+                f"{url}/v1/completions", bodies(args.num_prompts, args.output_len, args.seed + 1 + i), rate,
+                args.seed))
             row = dict(rate=rate, **metrics(results, duration))
             rows.append(row)
             print(f"rate {rate:6.1f} req/s | out {row['output_throughput']:7.1f} tok/s | " + " | ".join(
