@@ -82,7 +82,7 @@ def sampling_params_from(args: argparse.Namespace) -> SamplingParams:
         max_tokens=args.max_tokens, stop=args.stop, logprobs=args.logprobs,
         ignore_eos=args.ignore_eos, seed=None if args.temperature == 0 else args.seed)
 
-# %% ../../../nbs/27_cli.ipynb #218f9a37
+# %% ../../../nbs/27_cli.ipynb #7c49cc14
 def add_bench_serve_args(parser: argparse.ArgumentParser) -> None:
     "`bench serve`'s flags: vLLM's names and defaults (the random dataset only)."
     parser.add_argument("--base-url", default=None, help="the server (default http://HOST:PORT)")
@@ -266,7 +266,7 @@ def bench_latency(args: argparse.Namespace) -> dict:
     if args.output_json: json.dump(results, open(args.output_json, "w"), indent=4)
     return results
 
-# %% ../../../nbs/27_cli.ipynb #7b69c33a
+# %% ../../../nbs/27_cli.ipynb #3e6d3a18
 def bench_serve(args: argparse.Namespace) -> dict:
     "`bench serve`: the online benchmark against a running server (`minivllm.benchmarks.serve`)."
     from minivllm.benchmarks.serve import benchmark
