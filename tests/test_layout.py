@@ -36,6 +36,8 @@ VLLM_NAMESAKES = {
     "entrypoints/llm.py": "vllm/entrypoints/llm.py",
     "entrypoints/openai/api_server.py": "vllm/entrypoints/openai/api_server.py",
     "entrypoints/cli/main.py": "vllm/entrypoints/cli/main.py",
+    "benchmarks/serve.py": "vllm/benchmarks/serve.py",
+    "metrics/stats.py": "vllm/v1/metrics/stats.py",
 }
 
 
