@@ -459,16 +459,15 @@ def _dispatch(self: AsyncLLM, message: dict) -> None:
         future = self.utility_futures.pop(call_id, None)
         if future is not None:
             future.set_result(result) if ok else future.set_exception(RuntimeError(result))
-    iteration_stats = None
-    if message.get("outputs"):
-        with self.processor_lock:
+    iteration_stats, processed = (IterationStats() if message.get("outputs") else None), None
+    with self.processor_lock:   # outputs and their stats at once: a reader of an output sees its stats
+        if iteration_stats is not None:
             outputs = [output_from_wire(o) for o in message["outputs"]]
-            iteration_stats = IterationStats()
             processed = self.output_processor.process_outputs(outputs, iteration_stats)
-        if processed.reqs_to_abort: self._send(EngineCoreRequestType.ABORT, processed.reqs_to_abort)
-    if message.get("stats") or iteration_stats is not None:
-        with self.processor_lock:
+        if message.get("stats") or iteration_stats is not None:
             self.stat_logger.record(stats_from_wire(message.get("stats")), iteration_stats)
+    if processed is not None and processed.reqs_to_abort:
+        self._send(EngineCoreRequestType.ABORT, processed.reqs_to_abort)
     for request_id, text, kind in message.get("errors") or []:
         self._reject(request_id, (ValueError if kind == "invalid" else EngineRequestError)(text))
 
