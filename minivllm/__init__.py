@@ -10,7 +10,7 @@ from importlib import import_module
 from importlib.metadata import PackageNotFoundError, version as _version
 
 try: __version__ = _version("minivllm")
-except PackageNotFoundError: __version__ = "unknown"   # a plain checkout on PYTHONPATH (the GPU check)
+except PackageNotFoundError: __version__ = "unknown"   # a checkout on PYTHONPATH (GPU check)
 
 PUBLIC_API = {  # module -> the names it contributes to `minivllm`
     "sampling_params": ["SamplingParams"],

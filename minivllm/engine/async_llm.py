@@ -460,7 +460,7 @@ def _dispatch(self: AsyncLLM, message: dict) -> None:
         if future is not None:
             future.set_result(result) if ok else future.set_exception(RuntimeError(result))
     iteration_stats, processed = (IterationStats() if message.get("outputs") else None), None
-    with self.processor_lock:   # outputs and their stats at once: a reader of an output sees its stats
+    with self.processor_lock:   # outputs with their stats: whoever reads one sees the other
         if iteration_stats is not None:
             outputs = [output_from_wire(o) for o in message["outputs"]]
             processed = self.output_processor.process_outputs(outputs, iteration_stats)
@@ -586,7 +586,7 @@ async def add_request(self: AsyncLLM, request_id: str, prompt: str | list[int],
 # %% ../../nbs/24_async_llm.ipynb #03511e4e
 @patch
 def abort(self: AsyncLLM, request_id: str | list[str]) -> None:
-    "Abort requests (and their `n` children): end their streams (`abort`), finish them in the engine."
+    "Abort requests (and their `n` children): end their streams, finish them in the engine."
     request_ids = [request_id] if isinstance(request_id, str) else list(request_id)
     with self.processor_lock:
         op = self.output_processor

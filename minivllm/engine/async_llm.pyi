@@ -236,7 +236,7 @@ class AsyncLLM:
         ...
 
     def abort(self: AsyncLLM, request_id: str | list[str]) -> None:
-        """Abort requests (and their `n` children): end their streams (`abort`), finish them in the engine."""
+        """Abort requests (and their `n` children): end their streams, finish them in the engine."""
         ...
 
     def call_utility(self: AsyncLLM, method: str, *args) -> concurrent.futures.Future:

@@ -114,7 +114,7 @@ def check_engine_args(attention_backend: str, device: torch.device, scheduling_p
 
 # %% ../../nbs/21_engine_core.ipynb #313e0dab
 def profile_seq_lens(num_tokens: int, max_model_len: int | None) -> list[int]:
-    "The largest step's tokens as prefills of at most `max_model_len` (no position past the model's)."
+    "The largest step's tokens as prefills of at most `max_model_len` tokens each."
     seq_len = min(num_tokens, max_model_len or num_tokens)
     return [seq_len] * (num_tokens // seq_len) + [num_tokens % seq_len] * bool(num_tokens % seq_len)
 
