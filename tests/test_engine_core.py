@@ -5,7 +5,6 @@ import torch
 
 from minivllm import load_model
 from minivllm.engine.core import profile_kv_cache_memory, profile_seq_lens
-from minivllm.testing.tiny_models import make_tiny_model
 
 
 @pytest.fixture
@@ -22,8 +21,8 @@ def cuda_memory_on_cpu(monkeypatch):
     return total
 
 
-def test_profile_splits_past_the_models_positions(tmp_path, cuda_memory_on_cpu):
-    path = make_tiny_model(tmp_path / "tiny", "Qwen3ForCausalLM")
+def test_profile_splits_past_the_models_positions(tiny_qwen3_path, cuda_memory_on_cpu):
+    path = tiny_qwen3_path
     model = load_model(str(path), dtype="float32", device="cpu", attn_backend="torch")
     positions = model.config.max_position_embeddings
     num_tokens = positions + positions // 2               # one sequence would index past the table

@@ -32,8 +32,8 @@ IDS = torch.randint(0, 256, (40,), generator=torch.Generator().manual_seed(0)).t
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    "One tiny random checkpoint per variant."
+def variant_paths(tmp_path_factory):
+    "One tiny random checkpoint per `VARIANTS` entry (this file's subject: config variants)."
     root = tmp_path_factory.mktemp("tiny_models")
     return {name: make_tiny_model(root / name, seed=i, **kw) for i, (name, kw) in enumerate(VARIANTS.items())}
 
@@ -60,19 +60,19 @@ def run_steps(model, seqs, chunks, block_size=16, num_blocks=12, seed=0):
 # ---------------------------------------------------------------- same weights, same logits
 
 @pytest.mark.parametrize("name", VARIANTS)
-def test_logits_equal_transformers(tiny, name):
-    if name == "llama_sharded": assert (tiny[name] / "model.safetensors.index.json").is_file()
-    ours = run_steps(load_model(tiny[name]), [IDS], [[len(IDS)]])[0]
-    theirs = hf_logits(tiny[name], IDS)
+def test_logits_equal_transformers(variant_paths, name):
+    if name == "llama_sharded": assert (variant_paths[name] / "model.safetensors.index.json").is_file()
+    ours = run_steps(load_model(variant_paths[name]), [IDS], [[len(IDS)]])[0]
+    theirs = hf_logits(variant_paths[name], IDS)
     assert ours.dtype == torch.float32 and ours.shape == (len(IDS), 256)
     torch.testing.assert_close(ours, theirs, atol=1e-4, rtol=1e-4)
     assert torch.equal(ours.argmax(-1), theirs.argmax(-1))
 
 
-def test_old_style_rope_config(tiny, tmp_path):
+def test_old_style_rope_config(variant_paths, tmp_path):
     "config.json with top-level rope_theta and rope_scaling = {type: linear} (pre-5.x form) still loads and matches."
     d = tmp_path / "old"
-    shutil.copytree(tiny["llama_untied"], d)
+    shutil.copytree(variant_paths["llama_untied"], d)
     config = json.loads((d / "config.json").read_text())
     config.pop("rope_parameters")
     config.update(rope_theta=5000.0, rope_scaling={"type": "linear", "factor": 2.0})
@@ -113,8 +113,8 @@ def test_dynamic_rope_refused():
 # ---------------------------------------------------------------- the paged cache
 
 @pytest.mark.parametrize("name", ["llama_tied", "qwen2_untied", "qwen3_tied"])
-def test_prefill_then_decode_equals_full_forward(tiny, name):
-    model = load_model(tiny[name])
+def test_prefill_then_decode_equals_full_forward(variant_paths, name):
+    model = load_model(variant_paths[name])
     a, b = IDS[:37], IDS[10:33]
     full = run_steps(model, [a, b], [[37, 23]], seed=2)
     # a: chunked prefill 16 + 19 then two decodes; b: whole prefill then three decodes
@@ -125,16 +125,16 @@ def test_prefill_then_decode_equals_full_forward(tiny, name):
     for s, f in zip(chunked, full): torch.testing.assert_close(s, f, atol=1e-4, rtol=1e-4)
 
 
-def test_triton_backend_matches_torch_backend(tiny):
+def test_triton_backend_matches_torch_backend(variant_paths):
     "The model through the Triton kernels (the interpreter on CPU) gives the torch backend's logits."
     steps = [[9, 16], [1, 1]]
-    torch_out = run_steps(load_model(tiny["qwen3_tied"], attn_backend="torch"), [IDS[:10], IDS[:17]], steps)
-    triton_out = run_steps(load_model(tiny["qwen3_tied"], attn_backend="triton"), [IDS[:10], IDS[:17]], steps)
+    torch_out = run_steps(load_model(variant_paths["qwen3_tied"], attn_backend="torch"), [IDS[:10], IDS[:17]], steps)
+    triton_out = run_steps(load_model(variant_paths["qwen3_tied"], attn_backend="triton"), [IDS[:10], IDS[:17]], steps)
     for t, r in zip(torch_out, triton_out): torch.testing.assert_close(r, t, atol=1e-4, rtol=1e-4)
 
 
-def test_model_interface(tiny):
-    model = load_model(tiny["qwen3_untied"], dtype="bfloat16")
+def test_model_interface(variant_paths):
+    model = load_model(variant_paths["qwen3_untied"], dtype="bfloat16")
     assert model.kv_cache_spec() == (2, 2, 32, torch.bfloat16)
     assert model.config.architectures == ["Qwen3ForCausalLM"]
     with pytest.raises(ValueError, match="expected 2 KV caches"): model.bind_kv_caches([])
@@ -142,7 +142,7 @@ def test_model_interface(tiny):
         model.bind_kv_caches(make_kv_caches(2, 2, 32, torch.float32, 4, 16))
     logits = run_steps(model, [IDS], [[40]])[0]
     assert logits.dtype == torch.float32  # logits are float32 whatever the model's dtype
-    assert (logits.argmax(-1) == hf_logits(tiny["qwen3_untied"], IDS).argmax(-1)).float().mean() > 0.9
+    assert (logits.argmax(-1) == hf_logits(variant_paths["qwen3_untied"], IDS).argmax(-1)).float().mean() > 0.9
     assert resolve_dtype("auto", model.config, "cpu") == torch.float32
     assert model.config.dtype == torch.float32                          # the tiny checkpoint was saved in fp32
     assert resolve_dtype("auto", model.config, "cuda") == torch.bfloat16  # ... and runs in bf16 on a GPU
@@ -150,10 +150,10 @@ def test_model_interface(tiny):
     with pytest.raises(ValueError, match="unsupported dtype"): resolve_dtype("int8", model.config, "cpu")
 
 
-def test_stacked_projections_hold_the_checkpoint_tensors(tiny):
+def test_stacked_projections_hold_the_checkpoint_tensors(variant_paths):
     "qkv_proj and gate_up_proj (vLLM's stacked weights) are the checkpoint's q/k/v and gate/up, biases included."
-    model = load_model(tiny["qwen2_untied"])
-    sd = load_file(tiny["qwen2_untied"] / "model.safetensors")
+    model = load_model(variant_paths["qwen2_untied"])
+    sd = load_file(variant_paths["qwen2_untied"] / "model.safetensors")
     attn, mlp = model.model.layers[1].self_attn, model.model.layers[1].mlp
     sizes = [attn.q_size, attn.kv_size, attn.kv_size]
     for part in ("weight", "bias"):
@@ -165,10 +165,10 @@ def test_stacked_projections_hold_the_checkpoint_tensors(tiny):
     assert "model.layers.1.self_attn.q_proj.weight" not in dict(model.named_parameters())
 
 
-def test_decode_step_makes_four_matmuls_per_layer(tiny):
+def test_decode_step_makes_four_matmuls_per_layer(variant_paths):
     "One decode step: qkv, o, gate_up and down per layer, nothing else that multiplies matrices."
     from torch.profiler import ProfilerActivity, profile
-    model = load_model(tiny["llama_untied"])
+    model = load_model(variant_paths["llama_untied"])
     model.bind_kv_caches(make_kv_caches(*model.kv_cache_spec(), 2, 16))
     positions, md = make_attn_metadata([[1]], [0], [5], 16)
     model(torch.tensor(IDS[:5]), positions, md)
@@ -200,8 +200,8 @@ def _altered(src, dst, edit_state=None, edit_config=None):
     return dst
 
 
-def test_errors_name_the_problem(tiny, tmp_path):
-    src = tiny["llama_tied"]
+def test_errors_name_the_problem(variant_paths, tmp_path):
+    src = variant_paths["llama_tied"]
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match="no config.json"): load_model(tmp_path / "empty")
     no_weights = _altered(src, tmp_path / "no_weights")

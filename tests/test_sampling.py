@@ -10,9 +10,10 @@ has not, we apply the formula to transformers' logits:
 - `min_p=1.0` random sampling equals greedy;
 - a request with prompt logprobs does not read the prefix cache; one step reads no device scalar.
 """
+import copy
+
 import pytest
 import torch
-from transformers import AutoModelForCausalLM
 
 from minivllm.model_executor.model_loader import load_model
 from minivllm.worker.gpu_model_runner import ModelRunner
@@ -22,7 +23,6 @@ from minivllm.config import CacheConfig, SchedulerConfig
 from minivllm.core.sched.scheduler import Scheduler
 from minivllm.testing.model_runner import HistoryModel
 from minivllm.testing.sync import NoScalarReads
-from minivllm.testing.tiny_models import make_tiny_model
 
 torch.set_num_threads(1)
 VOCAB = 256
@@ -31,13 +31,9 @@ PROMPTS = [torch.randint(3, VOCAB, (n,), generator=torch.Generator().manual_seed
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return make_tiny_model(tmp_path_factory.mktemp("sampling") / "llama", seed=3)
-
-
-@pytest.fixture(scope="module")
-def hf(tiny):
-    model = AutoModelForCausalLM.from_pretrained(tiny, dtype=torch.float32).eval()
+def hf_without_eos(tiny_llama_hf):
+    "A copy of the shared transformers model that never stops at EOS (its own generation config)."
+    model = copy.deepcopy(tiny_llama_hf)
     model.generation_config.eos_token_id = None      # we compare fixed-length runs (ignore_eos)
     model.generation_config.pad_token_id = 0
     return model
@@ -47,12 +43,12 @@ def hf_logits(hf, ids):
     with torch.no_grad(): return hf(torch.tensor([ids])).logits[0].float()
 
 
-def run(tiny, params, prompts=PROMPTS, budget=8, block_size=4, num_blocks=64):
+def run(path, params, prompts=PROMPTS, budget=8, block_size=4, num_blocks=64):
     "Schedule + execute until done; per request: (Request, list of EngineCoreOutputs)."
     sched = Scheduler(SchedulerConfig(max_num_batched_tokens=budget, max_num_seqs=4,
                                       max_model_len=64),
                       CacheConfig(block_size=block_size, num_gpu_blocks=num_blocks))
-    runner = ModelRunner(load_model(tiny, attn_backend="torch"), 4, 64, budget, block_size)
+    runner = ModelRunner(load_model(path, attn_backend="torch"), 4, 64, budget, block_size)
     runner.initialize_kv_cache(num_blocks)
     reqs = [Request(f"r{i}", p, sp) for i, (p, sp) in enumerate(zip(prompts, params))]
     for r in reqs: sched.add_request(r)
@@ -64,19 +60,19 @@ def run(tiny, params, prompts=PROMPTS, budget=8, block_size=4, num_blocks=64):
     return [(r, outs[r.request_id]) for r in reqs]
 
 
-def test_greedy_repetition_penalty_equals_transformers(tiny, hf):
+def test_greedy_repetition_penalty_equals_transformers(tiny_llama_path, hf_without_eos):
     penalties = [1.3, 0.8, 2.0]
     params = [SamplingParams(temperature=0, repetition_penalty=r, max_tokens=12, ignore_eos=True)
               for r in penalties]
-    for (req, _), r in zip(run(tiny, params), penalties):
-        ref = hf.generate(torch.tensor([req.prompt_token_ids]), do_sample=False,
+    for (req, _), r in zip(run(tiny_llama_path, params), penalties):
+        ref = hf_without_eos.generate(torch.tensor([req.prompt_token_ids]), do_sample=False,
                           repetition_penalty=r,
                           max_new_tokens=12)[0, len(req.prompt_token_ids):].tolist()
         assert list(req.output_token_ids) == ref
     # and the penalty matters: without it the first request generates something else
     (plain,
-     _), = run(tiny, [SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)], PROMPTS[:1])
-    assert list(plain.output_token_ids) != list(run(tiny, params[:1],
+     _), = run(tiny_llama_path, [SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)], PROMPTS[:1])
+    assert list(plain.output_token_ids) != list(run(tiny_llama_path, params[:1],
                                                     PROMPTS[:1])[0][0].output_token_ids)
 
 
@@ -94,7 +90,7 @@ def _check_rows(rows, logits, targets, k):
 
 
 @pytest.mark.parametrize("temperature", [0.0, 0.8])
-def test_logprobs_and_prompt_logprobs_equal_transformers(tiny, hf, temperature):
+def test_logprobs_and_prompt_logprobs_equal_transformers(tiny_llama_path, hf_without_eos, temperature):
     params = [SamplingParams(temperature=temperature, seed=1, max_tokens=6, ignore_eos=True,
                              logprobs=4,
                              prompt_logprobs=3),
@@ -102,10 +98,10 @@ def test_logprobs_and_prompt_logprobs_equal_transformers(tiny, hf, temperature):
                              SamplingParams(temperature=0, max_tokens=6, ignore_eos=True),
               SamplingParams(temperature=temperature, seed=2, max_tokens=6, ignore_eos=True,
                              logprobs=0)]
-    results = run(tiny, params, budget=5)          # prompts of 11 and 17 tokens: chunked prefills
+    results = run(tiny_llama_path, params, budget=5)          # prompts of 11 and 17 tokens: chunked prefills
     for (req, outs), sp in zip(results, params):
         full = list(req.prompt_token_ids) + list(req.output_token_ids)
-        logits = hf_logits(hf, full)
+        logits = hf_logits(hf_without_eos, full)
         n = len(req.prompt_token_ids)
         if sp.logprobs is None:
             assert all(o.new_logprobs is None and o.new_prompt_logprobs is None for o in outs)
@@ -131,35 +127,35 @@ def _openai_penalties(z, output, presence, frequency):
     return z
 
 
-def test_presence_frequency_equal_formula_on_transformers_logits(tiny, hf):
+def test_presence_frequency_equal_formula_on_transformers_logits(tiny_llama_path, hf_without_eos):
     cases = [(0.7, 0.4), (-0.5, 1.5), (2.0, 0.0)]
     params = [SamplingParams(temperature=0, presence_penalty=p, frequency_penalty=f, max_tokens=10,
                              ignore_eos=True) for p, f in cases]
-    for (req, _), (p, f) in zip(run(tiny, params), cases):
+    for (req, _), (p, f) in zip(run(tiny_llama_path, params), cases):
         tokens, out = list(req.prompt_token_ids), []
         for _ in range(10):
-            nxt = int(_openai_penalties(hf_logits(hf, tokens)[-1], out, p, f).argmax())
+            nxt = int(_openai_penalties(hf_logits(hf_without_eos, tokens)[-1], out, p, f).argmax())
             tokens.append(nxt); out.append(nxt)
         assert list(req.output_token_ids) == out
 
 
-def test_min_p_one_equals_greedy(tiny):
-    greedy = run(tiny, [SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)] * 3)
-    min_p = run(tiny,
+def test_min_p_one_equals_greedy(tiny_llama_path):
+    greedy = run(tiny_llama_path, [SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)] * 3)
+    min_p = run(tiny_llama_path,
                 [SamplingParams(temperature=1.5, min_p=1.0, seed=i, max_tokens=8, ignore_eos=True)
                        for i in range(3)])
     for (g, _), (m, _) in zip(greedy, min_p):
         assert list(m.output_token_ids) == list(g.output_token_ids)
 
 
-def test_prompt_logprobs_request_skips_the_prefix_cache(tiny):
+def test_prompt_logprobs_request_skips_the_prefix_cache(tiny_llama_path):
     shared = PROMPTS[2]
     params = [SamplingParams(temperature=0, max_tokens=4, ignore_eos=True),
               SamplingParams(temperature=0, max_tokens=4, ignore_eos=True),
               SamplingParams(temperature=0, max_tokens=4, ignore_eos=True, prompt_logprobs=1)]
     sched = Scheduler(SchedulerConfig(max_num_batched_tokens=64, max_num_seqs=4, max_model_len=64),
                       CacheConfig(block_size=4, num_gpu_blocks=64))
-    runner = ModelRunner(load_model(tiny, attn_backend="torch"), 4, 64, 64, 4)
+    runner = ModelRunner(load_model(tiny_llama_path, attn_backend="torch"), 4, 64, 64, 4)
     runner.initialize_kv_cache(64)
     reqs = [Request(f"r{i}", shared, sp) for i, sp in enumerate(params)]
     sched.add_request(reqs[0])
