@@ -37,8 +37,9 @@ HELPERS = {
     "profile_kv_cache_memory": "minivllm.engine.core",
     "CUDAGraphWrapper": "minivllm.compilation.cuda_graph",
     "make_kv_caches": "minivllm.model_executor.models.llama",
+    "make_attn_metadata": "minivllm.worker.utils",
     **{name: _ATTN for name in (
-        "make_attn_metadata", "paged_attention_ref", "reshape_and_cache_ref", "kernel_config", "SPLIT_KV_NUM_SEGMENTS",
+        "paged_attention_ref", "reshape_and_cache_ref", "kernel_config", "SPLIT_KV_NUM_SEGMENTS",
         "SPLIT_KV_MAX_PROGRAMS", "_unified_attention_kernel", "_split_kv_decode_kernel", "_reduce_segments_kernel",
         "_reshape_and_cache_kernel")},
 }

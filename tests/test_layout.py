@@ -24,6 +24,7 @@ VLLM_NAMESAKES = {
     "worker/gpu_input_batch.py": "vllm/v1/worker/gpu_input_batch.py",
     "worker/block_table.py": "vllm/v1/worker/block_table.py",
     "worker/gpu_model_runner.py": "vllm/v1/worker/gpu_model_runner.py",
+    "worker/utils.py": "vllm/v1/worker/utils.py",
     "sample/sampler.py": "vllm/v1/sample/sampler.py",
     "attention/backends/triton_attn.py": "vllm/v1/attention/backends/triton_attn.py",
     "model_executor/models/llama.py": "vllm/model_executor/models/llama.py",
@@ -33,6 +34,7 @@ VLLM_NAMESAKES = {
     "engine/core.py": "vllm/v1/engine/core.py",
     "engine/output_processor.py": "vllm/v1/engine/output_processor.py",
     "engine/async_llm.py": "vllm/v1/engine/async_llm.py",
+    "engine/input_processor.py": "vllm/v1/engine/input_processor.py",
     "entrypoints/llm.py": "vllm/entrypoints/llm.py",
     "entrypoints/openai/api_server.py": "vllm/entrypoints/openai/api_server.py",
     "entrypoints/cli/main.py": "vllm/entrypoints/cli/main.py",
@@ -128,3 +130,44 @@ def test_editors_see_whole_classes():
         script = jedi.Script(code, path=str(ROOT / "probe.py"), project=jedi.Project(ROOT))
         last = code.splitlines()[-1]
         assert method in [c.name for c in script.complete(2, len(last))], method
+
+
+# Layers from the bottom up; a module may import its own layer and those below, never one above
+# (lazy imports inside functions count too).
+# The sampler sits with the worker (it reads the input batch), as metrics' stats sit with the
+# outputs (vLLM's `RequestOutput` carries them).
+LAYERS = [("request", "sampling_params", "config", "outputs", "core", "metrics.stats"),
+          ("attention", "forward_context"), ("model_executor",), ("worker", "sample"),
+          ("compilation",), ("engine", "metrics"), ("entrypoints", "benchmarks")]
+
+
+def layer_of(module: str) -> int | None:
+    "The layer of the longest prefix of `module` that LAYERS names."
+    parts = module.split(".")
+    for n in range(len(parts), 0, -1):
+        for i, names in enumerate(LAYERS):
+            if ".".join(parts[:n]) in names: return i
+
+
+def package_imports(path: Path) -> set[str]:
+    "minivllm modules a file imports (relative imports resolved), also inside functions."
+    package = path.relative_to(ROOT).with_suffix("").parts[:-1]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = list(package[:len(package) - node.level + 1]) if node.level else []
+            name = ".".join(base + ([node.module] if node.module else []))
+            found.add(name)
+        elif isinstance(node, ast.Import): found.update(a.name for a in node.names)
+    return {n.removeprefix("minivllm.") for n in found if n.startswith("minivllm.")}
+
+
+def test_no_module_imports_a_layer_above_its_own():
+    upward = []
+    for path in (ROOT / "minivllm").rglob("*.py"):
+        module = path.relative_to(ROOT / "minivllm").with_suffix("").as_posix().replace("/", ".")
+        own = layer_of(module)
+        if own is None: continue
+        upward += [(module, m) for m in package_imports(path)
+                   if (layer_of(m) or -1) > own]
+    assert upward == []

@@ -5,6 +5,7 @@
 # %% ../../nbs/21_engine_core.ipynb #2e352c25
 from __future__ import annotations
 import gc, json, time
+from dataclasses import dataclass
 import numpy as np
 from ..core.kv_cache_manager import cdiv
 from pathlib import Path
@@ -14,7 +15,8 @@ from ..request import Request, RequestStatus
 from ..core.sched.output import EngineCoreOutputs
 from ..config import CacheConfig, SchedulerConfig
 from ..core.sched.scheduler import Scheduler
-from ..attention.backends.triton_attn import get_attn_backend, make_attn_metadata
+from ..attention.backends.triton_attn import get_attn_backend
+from ..worker.utils import make_attn_metadata
 from ..model_executor.models.llama import compile_and_warm_up, make_kv_caches
 from ..model_executor.model_loader import default_model_path, load_model
 from ..worker.gpu_model_runner import ModelRunner
@@ -22,7 +24,7 @@ from .arg_utils import EngineArgs
 
 # %% auto #0
 __all__ = ['DEFAULT_CPU_KV_CACHE_BYTES', 'TOKENIZER_FILES', 'SAMPLING_DEFAULT_FIELDS', 'kv_cache_bytes_per_block',
-           'num_blocks_for', 'EngineCore', 'resolve_model_path', 'load_tokenizer', 'resolve_device',
+           'num_blocks_for', 'EngineInfo', 'EngineCore', 'resolve_model_path', 'load_tokenizer', 'resolve_device',
            'check_engine_args', 'profile_seq_lens', 'profile_kv_cache_memory', 'default_max_num_batched_tokens',
            'num_gpu_blocks_for', 'build_engine_core', 'try_get_generation_config', 'get_diff_sampling_param']
 
@@ -41,13 +43,39 @@ def num_blocks_for(memory_bytes: int, bytes_per_block: int, max_useful: int | No
     return n if max_useful is None else min(n, max_useful)
 
 # %% ../../nbs/21_engine_core.ipynb #a1d67de5
+@dataclass(frozen=True)
+class EngineInfo:
+    "What a front end learns about a built engine: the handshake of chapter 24."
+    model: str                   # the model folder
+    model_name: str
+    device: str
+    max_model_len: int
+    vocab_size: int
+    eos_token_id: int | None
+    num_gpu_blocks: int
+    block_size: int
+
 class EngineCore:
     "The inner loop of vLLM V1: a scheduler plus a model executor, advanced one `step()` at a time."
     def __init__(self, scheduler, model_executor, step_observers: list[Callable] | None = None,
-                 info: dict | None = None):
+                 info: EngineInfo | None = None):
         self.scheduler, self.model_executor = scheduler, model_executor
         self.step_observers = list(step_observers or [])
-        self.info = dict(info or {})
+        self.info = info
+
+    @property
+    def scheduler_config(self): return self.scheduler.scheduler_config
+    @property
+    def cache_config(self): return self.scheduler.cache_config
+
+    def has_unfinished_requests(self) -> bool:
+        "Whether a request is still waiting or running."
+        return self.scheduler.has_unfinished_requests()
+
+    def get_model(self):
+        "The executor's model (the `nn.Module`, also when a CUDA-graph wrapper runs it)."
+        model = self.model_executor.model
+        return model.model if hasattr(model, "capture") else model   # CUDAGraphWrapper.model
 
     def add_request(self, request: Request) -> None:
         "Register `request` in the scheduler's waiting queue."
@@ -198,9 +226,10 @@ def build_engine_core(args: EngineArgs, eos_token_id: int | None = None) -> Engi
         runner.model = CUDAGraphWrapper(model, max_num_seqs=args.max_num_seqs, device=device,
                                         max_num_blocks_per_req=cdiv(max_model_len, args.block_size))
         runner.model.capture()
-    info = dict(model=str(path), model_name=path.name, device=str(device),
-                max_model_len=max_model_len, vocab_size=model.config.vocab_size,
-                eos_token_id=eos_token_id, num_gpu_blocks=num_blocks, block_size=args.block_size)
+    info = EngineInfo(model=str(path), model_name=path.name, device=str(device),
+                      max_model_len=max_model_len, vocab_size=model.config.vocab_size,
+                      eos_token_id=eos_token_id, num_gpu_blocks=num_blocks,
+                      block_size=args.block_size)
     gc.collect(); gc.freeze()   # vLLM: start-up objects leave the collector's generations
     return EngineCore(scheduler, runner, info=info)
 

@@ -4,18 +4,19 @@
 
 # %% ../../nbs/14_model_runner.ipynb #3a22d14a
 from __future__ import annotations
+from typing import NamedTuple
 import numpy as np
 import torch
 from fastcore.basics import patch
 from ..attention.backends.triton_attn import AttentionMetadata
-from ..attention.backends.triton_attn import to_attn_metadata
+from .utils import to_attn_metadata
 from .gpu_input_batch import (CachedRequestState, InputBatch, BatchInputs,
     update_states, prepare_inputs, bookkeeping_sync, to_device)
 from ..core.sched.output import LogprobsLists, ModelRunnerOutput, EMPTY_MODEL_RUNNER_OUTPUT
 from ..sample.sampler import Sampler, gather_logprobs, make_sampling_metadata
 
 # %% auto #0
-__all__ = ['PROMPT_LOGPROBS_CHUNK', 'ModelRunner', 'to_host']
+__all__ = ['PROMPT_LOGPROBS_CHUNK', 'ModelRunner', 'PromptLogprobsRow', 'to_host']
 
 # %% ../../nbs/14_model_runner.ipynb #febacd56
 class ModelRunner:
@@ -74,10 +75,18 @@ def build_attn_metadata(self: ModelRunner, batch_inputs: BatchInputs) -> Attenti
 # positions per compute_logits call: 512 x a 152k vocab x fp32 = 311 MB
 PROMPT_LOGPROBS_CHUNK = 512
 
+class PromptLogprobsRow(NamedTuple):
+    "One request's prompt-logprobs work in this step."
+    req_id: str
+    num_logprobs: int         # k: the top-k asked for
+    hidden_rows: np.ndarray   # rows of the step's hidden states with a next prompt token
+    targets: np.ndarray       # those next prompt tokens
+    completes: bool           # the prompt's last logprobs are in this step
+
 @patch
 def _prompt_logprobs_plan(self: ModelRunner, batch_inputs: BatchInputs,
-                          num_scheduled: np.ndarray) -> list[tuple]:
-    "Per row owing prompt logprobs: (req_id, k, flat token indices, next prompt ids, completes)."
+                          num_scheduled: np.ndarray) -> list[PromptLogprobsRow]:
+    "A `PromptLogprobsRow` per row owing prompt logprobs, in row order."
     input_batch, plan = self.input_batch, []
     index = input_batch.req_id_to_index           # only the requests that owe them, in row order
     for row, req_id, k in sorted((index[r], r, k) for r, k in self.num_prompt_logprobs.items()
@@ -90,16 +99,18 @@ def _prompt_logprobs_plan(self: ModelRunner, batch_inputs: BatchInputs,
         if start == 0: self.in_progress_prompt_logprobs[req_id] = LogprobsLists()  # (re)started
         flat = int(batch_inputs.query_start_loc[row]) + np.arange(max(num_logits, 0))
         targets = input_batch.token_ids_cpu[row, start + 1:start + 1 + max(num_logits, 0)]
-        plan.append((req_id, k, flat, targets, start + int(num_scheduled[row]) >= n_prompt))
+        completes = start + int(num_scheduled[row]) >= n_prompt
+        plan.append(PromptLogprobsRow(req_id, k, flat, targets, completes))
     return plan
 
 @patch
-def _compute_prompt_logprobs(self: ModelRunner, hidden: torch.Tensor, plan: list[tuple]):
+def _compute_prompt_logprobs(self: ModelRunner, hidden: torch.Tensor,
+                             plan: list[PromptLogprobsRow]):
     "Device `LogprobsTensors` pieces for every planned prompt position (None if there are none)."
-    flat = np.concatenate([f for _, _, f, _, _ in plan]) if plan else np.zeros(0, np.int64)
+    flat = np.concatenate([p.hidden_rows for p in plan]) if plan else np.zeros(0, np.int64)
     if len(flat) == 0: return None
-    targets = self._tensor(np.concatenate([t for _, _, _, t, _ in plan]), torch.int64)
-    flat_t, k = self._tensor(flat, torch.int64), max(k for _, k, _, _, _ in plan)
+    targets = self._tensor(np.concatenate([p.targets for p in plan]), torch.int64)
+    flat_t, k = self._tensor(flat, torch.int64), max(p.num_logprobs for p in plan)
     pieces = []
     for s in range(0, len(flat), PROMPT_LOGPROBS_CHUNK):
         logits = self.model.compute_logits(hidden[flat_t[s:s + PROMPT_LOGPROBS_CHUNK]]).float()
@@ -110,11 +121,11 @@ def _compute_prompt_logprobs(self: ModelRunner, hidden: torch.Tensor, plan: list
 
 # %% ../../nbs/14_model_runner.ipynb #820c13dc
 @patch
-def _deliver_prompt_logprobs(self: ModelRunner, plan: list[tuple],
+def _deliver_prompt_logprobs(self: ModelRunner, plan: list[PromptLogprobsRow],
                              host) -> dict[str, LogprobsLists]:
     "Append this step's host rows to each request's rows; hand over those whose prompt completed."
     done, offset = {}, 0
-    for req_id, k, flat, _, completes in plan:
+    for req_id, k, flat, _, completes in plan:   # PromptLogprobsRow
         rows = self.in_progress_prompt_logprobs[req_id]
         for i in range(offset, offset + len(flat)):
             rows.logprob_token_ids.append(host[0][i][:k + 1])
@@ -174,15 +185,17 @@ def execute_model(self: ModelRunner, scheduler_output) -> ModelRunnerOutput:
     lt = out.logprobs_tensors
     lp_parts = [] if lt is None else [lt.logprob_token_ids, lt.logprobs, lt.selected_token_ranks]
     host = to_host([out.sampled_token_ids, *lp_parts, *(prompt_lp or [])])   # the one sync
-    sampled = bookkeeping_sync(self.requests, input_batch, host[0],
+    num_lp = 1 + len(lp_parts)
+    sampled_host, lp_host, prompt_lp_host = host[0], host[1:num_lp], host[num_lp:]
+    sampled = bookkeeping_sync(self.requests, input_batch, sampled_host,
                                batch_inputs.discard_request_indices)
     logprobs = None
     if lt is not None:
         ks = [int(k) if toks else -1 for k,
               toks in zip(input_batch.num_logprobs[:input_batch.num_reqs], sampled)]
-        logprobs = LogprobsLists([r[:k + 1] for r, k in zip(host[1], ks)],
-                                 [r[:k + 1] for r, k in zip(host[2], ks)], host[3])
-    prompt_logprobs = self._deliver_prompt_logprobs(plan, host[-3:] if prompt_lp else [[], [], []])
+        logprobs = LogprobsLists([r[:k + 1] for r, k in zip(lp_host[0], ks)],
+                                 [r[:k + 1] for r, k in zip(lp_host[1], ks)], lp_host[2])
+    prompt_logprobs = self._deliver_prompt_logprobs(plan, prompt_lp_host or [[], [], []])
     req_ids = input_batch.req_ids
     return ModelRunnerOutput(req_ids, dict(input_batch.req_id_to_index), sampled, logprobs,
                              prompt_logprobs)

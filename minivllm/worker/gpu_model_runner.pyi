@@ -1,14 +1,15 @@
 """One `SchedulerOutput` in, one `ModelRunnerOutput` out: update the persistent batch, flatten it, run the model over the paged KV cache, sample, remember the tokens."""
 from __future__ import annotations
+from typing import NamedTuple
 import numpy as np
 import torch
 from fastcore.basics import patch
 from ..attention.backends.triton_attn import AttentionMetadata
-from ..attention.backends.triton_attn import to_attn_metadata
+from .utils import to_attn_metadata
 from .gpu_input_batch import CachedRequestState, InputBatch, BatchInputs, update_states, prepare_inputs, bookkeeping_sync, to_device
 from ..core.sched.output import LogprobsLists, ModelRunnerOutput, EMPTY_MODEL_RUNNER_OUTPUT
 from ..sample.sampler import Sampler, gather_logprobs, make_sampling_metadata
-__all__ = ['PROMPT_LOGPROBS_CHUNK', 'ModelRunner', 'to_host']
+__all__ = ['PROMPT_LOGPROBS_CHUNK', 'ModelRunner', 'PromptLogprobsRow', 'to_host']
 
 class ModelRunner:
     """The worker: applies `SchedulerOutput`s, runs the model and samples (vLLM `GPUModelRunner`)."""
@@ -28,15 +29,15 @@ class ModelRunner:
         """Attention metadata (tensors on the device) for one step's flat inputs."""
         ...
 
-    def _prompt_logprobs_plan(self: ModelRunner, batch_inputs: BatchInputs, num_scheduled: np.ndarray) -> list[tuple]:
-        """Per row owing prompt logprobs: (req_id, k, flat token indices, next prompt ids, completes)."""
+    def _prompt_logprobs_plan(self: ModelRunner, batch_inputs: BatchInputs, num_scheduled: np.ndarray) -> list[PromptLogprobsRow]:
+        """A `PromptLogprobsRow` per row owing prompt logprobs, in row order."""
         ...
 
-    def _compute_prompt_logprobs(self: ModelRunner, hidden: torch.Tensor, plan: list[tuple]):
+    def _compute_prompt_logprobs(self: ModelRunner, hidden: torch.Tensor, plan: list[PromptLogprobsRow]):
         """Device `LogprobsTensors` pieces for every planned prompt position (None if there are none)."""
         ...
 
-    def _deliver_prompt_logprobs(self: ModelRunner, plan: list[tuple], host) -> dict[str, LogprobsLists]:
+    def _deliver_prompt_logprobs(self: ModelRunner, plan: list[PromptLogprobsRow], host) -> dict[str, LogprobsLists]:
         """Append this step's host rows to each request's rows; hand over those whose prompt completed."""
         ...
 
@@ -49,6 +50,14 @@ class ModelRunner:
         """Run one scheduled step and return the sampled tokens (vLLM `execute_model`)."""
         ...
 PROMPT_LOGPROBS_CHUNK = 512
+
+class PromptLogprobsRow(NamedTuple):
+    """One request's prompt-logprobs work in this step."""
+    req_id: str
+    num_logprobs: int
+    hidden_rows: np.ndarray
+    targets: np.ndarray
+    completes: bool
 
 def to_host(tensors: list[torch.Tensor]) -> list[list]:
     """Python lists of `tensors`, with a single wait for the device."""

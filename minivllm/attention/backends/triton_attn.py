@@ -4,21 +4,19 @@
 
 # %% auto #0
 __all__ = ['KERNEL_CONFIGS', 'MIN_DOT', 'SPLIT_KV_NUM_SEGMENTS', 'SPLIT_KV_MAX_PROGRAMS', 'TORCH_GATHER_BUDGET', 'PAD_SLOT_ID',
-           'ATTN_BACKENDS', 'AttentionMetadata', 'to_attn_metadata', 'make_attn_metadata', 'reshape_and_cache_ref',
-           'paged_attention_ref', 'reshape_and_cache', 'KernelConfig', 'kernel_config', 'check_dot_shapes',
-           'unified_attention', 'split_kv_decode_attention', 'triton_paged_attention', 'torch_paged_attention',
-           'flat_kv_rows', 'reshape_and_cache_flat', 'TorchAttentionBackend', 'TritonAttentionBackend',
-           'get_attn_backend']
+           'ATTN_BACKENDS', 'AttentionMetadata', 'reshape_and_cache_ref', 'paged_attention_ref', 'reshape_and_cache',
+           'KernelConfig', 'kernel_config', 'check_dot_shapes', 'unified_attention', 'split_kv_decode_attention',
+           'triton_paged_attention', 'TorchAttentionBucket', 'TorchPlanCache', 'torch_paged_attention', 'flat_kv_rows',
+           'reshape_and_cache_flat', 'TorchAttentionBackend', 'TritonAttentionBackend', 'get_attn_backend']
 
 # %% ../../../nbs/12_paged_attention.ipynb #da941e75
 from ...core.kv_cache_manager import cdiv
 import contextlib, os
 from dataclasses import dataclass
+from typing import NamedTuple
 import numpy as np
 import torch
 import torch.nn.functional as F
-from ...worker.block_table import BlockTable
-from ...worker.gpu_input_batch import compute_positions, to_device
 # Triton only compiles for a GPU. On a CPU-only machine we switch on its interpreter (kernels then
 # run with numpy on CPU tensors) so that `import minivllm` works and the kernels can be tested.
 # It must be set before the first @triton.jit below is defined; an explicit user setting wins.
@@ -40,30 +38,6 @@ class AttentionMetadata:
     slot_mapping: torch.Tensor
     max_query_len: int
     max_seq_len: int
-
-# %% ../../../nbs/12_paged_attention.ipynb #4010f0c7
-def to_attn_metadata(query_start_loc, seq_lens, block_table, slot_mapping,
-                     device="cpu") -> AttentionMetadata:
-    "One step's numpy arrays as `AttentionMetadata` on `device` (plus longest query and sequence)."
-    t = lambda a, dtype: to_device(a, device, dtype)   # pinned, non-blocking on CUDA
-    return AttentionMetadata(t(query_start_loc, torch.int32), t(seq_lens, torch.int32),
-                             t(block_table, torch.int32), t(slot_mapping, torch.int64),
-                             int(np.diff(query_start_loc).max()), int(np.max(seq_lens)))
-
-def make_attn_metadata(block_tables, num_computed_tokens, num_scheduled_tokens, block_size: int,
-                       device="cpu"):
-    "`(positions, metadata)` for requests with these block ids, cached and new token counts."
-    num_computed = np.asarray(num_computed_tokens, np.int64)
-    num_scheduled = np.asarray(num_scheduled_tokens, np.int64)
-    table = BlockTable(len(block_tables), max(len(row) for row in block_tables),
-                       int(num_scheduled.sum()), block_size)
-    for i, row in enumerate(block_tables): table.add_row(list(row), i)
-    req_indices, positions = compute_positions(num_computed, num_scheduled)
-    slot_mapping = table.compute_slot_mapping(req_indices, positions)
-    query_start_loc = np.concatenate([[0], np.cumsum(num_scheduled)])
-    metadata = to_attn_metadata(query_start_loc, num_computed + num_scheduled, table.block_table,
-                          slot_mapping, device)
-    return torch.from_numpy(positions).to(device), metadata
 
 # %% ../../../nbs/12_paged_attention.ipynb #623fe5f6
 def reshape_and_cache_ref(key, value, kv_cache, slot_mapping):
@@ -464,14 +438,31 @@ def _buckets(q_lens, seq_lens, row_bytes, slack=2.0, budget=TORCH_GATHER_BUDGET)
     return out
 
 # %% ../../../nbs/12_paged_attention.ipynb #4f7f52f2
-def _torch_plan(metadata, block_size, qpk, row_bytes, budget):
+class TorchAttentionBucket(NamedTuple):
+    "One SDPA call of `torch_paged_attention`: requests of similar query and sequence lengths."
+    num_reqs: int
+    max_query_len: int
+    num_blocks: int                    # blocks gathered per request
+    block_ids: torch.Tensor            # [num_reqs * num_blocks] physical blocks to gather
+    query_rows: torch.Tensor           # rows of `query` (padded to max_query_len per request)
+    out_rows: torch.Tensor             # rows of `out` the real queries go to
+    token_mask: torch.Tensor | None    # [num_reqs, max_query_len]: real queries (prefills only)
+    attn_mask: torch.Tensor            # what each query row may see: causal and within its length
+
+class TorchPlanCache(NamedTuple):
+    key: tuple                         # the plan's arguments and the tensors' versions
+    tensors: tuple                     # the metadata tensors it was built from
+    plan: list[TorchAttentionBucket]
+
+def _torch_plan(metadata, block_size, qpk, row_bytes, budget) -> list[TorchAttentionBucket]:
     "Per-bucket gather indices and masks for `torch_paged_attention`, built once per step."
     ts = (metadata.query_start_loc, metadata.seq_lens, metadata.block_table)
     # in-place edits bump _version
     key = (block_size, qpk, row_bytes, budget, tuple(t._version for t in ts))
     cached = metadata.__dict__.get("_torch_plan")
-    if cached is not None and cached[0] == key and all(a is b for a, b in zip(cached[1], ts)):
-        return cached[2]
+    if (cached is not None and cached.key == key
+            and all(a is b for a, b in zip(cached.tensors, ts))):
+        return cached.plan
     starts, sl = metadata.query_start_loc.tolist(), metadata.seq_lens.tolist()
     ql = [b - a for a, b in zip(starts[:-1], starts[1:])]
     dev, plan = metadata.block_table.device, []
@@ -483,7 +474,8 @@ def _torch_plan(metadata, block_size, qpk, row_bytes, budget):
         blocks = metadata.block_table[idx_t, :nblk].flatten().long()
         s0, slt = metadata.query_start_loc[idx_t].long(), metadata.seq_lens[idx_t].long()
         if mq == 1:                                                     # decodes
-            plan.append((B, 1, nblk, blocks, s0, s0, None, (ar[:Lp] < slt[:, None])[None, :, None]))
+            visible = (ar[:Lp] < slt[:, None])[None, :, None]
+            plan.append(TorchAttentionBucket(B, 1, nblk, blocks, s0, s0, None, visible))
             continue
         qlt = torch.tensor([ql[i] for i in idx], device=dev)
         # [B, mq] query rows (padded)
@@ -492,8 +484,9 @@ def _torch_plan(metadata, block_size, qpk, row_bytes, budget):
         qpos = ((slt - qlt)[:, None] + ar[:mq]).repeat_interleave(qpk, 1)  # [B, mq*qpk] absolute
         # [1,B,mq*qpk,Lp]
         mask = ((ar[:Lp] <= qpos[:, :, None]) & (ar[:Lp] < slt[:, None, None]))[None]
-        plan.append((B, mq, nblk, blocks, tok.clamp(max=starts[-1] - 1), tok[tok_ok], tok_ok, mask))
-    metadata.__dict__["_torch_plan"] = (key, ts, plan)
+        q_rows = tok.clamp(max=starts[-1] - 1)
+        plan.append(TorchAttentionBucket(B, mq, nblk, blocks, q_rows, tok[tok_ok], tok_ok, mask))
+    metadata.__dict__["_torch_plan"] = TorchPlanCache(key, ts, plan)
     return plan
 
 # %% ../../../nbs/12_paged_attention.ipynb #41a456fe
@@ -504,7 +497,7 @@ def torch_paged_attention(query, kv_cache, metadata, scale, out=None, budget=TOR
     g = hq // hkv
     if out is None: out = torch.zeros_like(query)
     plan = _torch_plan(metadata, bs, g, 2 * hkv * d * kv_cache.element_size(), budget)
-    for B, mq, nblk, blocks, q_rows, out_rows, tok_ok, mask in plan:
+    for B, mq, nblk, blocks, q_rows, out_rows, tok_ok, mask in plan:   # TorchAttentionBucket
         # one gather copy, straight into [2, kv_head, block, offset, d]: K, V of a head contiguous
         k, v = kv_cache.permute(1, 3, 0, 2, 4).index_select(2, blocks).view(2, hkv, B, nblk * bs, d)
         if mq == 1:                              # decodes: q [hkv, B, qpk, d]
