@@ -64,7 +64,7 @@ def main():
     with AsyncLLM(model, num_gpu_blocks=args.num_gpu_blocks, max_model_len=args.input_len + args.output_len + 16,
                   num_threads=args.threads, seed=args.seed) as async_llm, \
          serve_in_thread(build_app(async_llm)) as url:
-        vocab_size = async_llm.engine_info["vocab_size"]
+        vocab_size = async_llm.engine_info.vocab_size
         def bodies(n, output_len, seed):
             return [dict(prompt=p, max_tokens=output_len, temperature=0, ignore_eos=True, stream=True,
                          return_token_ids=True)

@@ -22,13 +22,13 @@ from ..metrics.loggers import StatLogger
 from ..metrics.reader import Metric
 from ..metrics.stats import IterationStats
 from .arg_utils import EngineArgs
-from .core import (EngineCore, build_engine_core, load_tokenizer,
+from .core import (EngineCore, EngineInfo, build_engine_core, load_tokenizer,
                                   resolve_model_path, try_get_generation_config)
 from .output_processor import OutputProcessor
 from ..outputs import RequestOutput
 from ..sampling_params import RequestOutputKind
-from ..entrypoints.llm import (check_prompt, check_sampling_params, fan_out,
-                                      prepare_sampling_params)
+from .input_processor import (check_prompt, check_sampling_params, fan_out,
+                                             prepare_sampling_params)
 
 # %% auto #0
 __all__ = ['POLL_INTERVAL_MS', 'MAX_FAILED_STEPS', 'OUTPUT_LINGER_MS', 'HEARTBEAT_INTERVAL_S', 'HEARTBEAT_TIMEOUT_S',
@@ -147,11 +147,11 @@ def decode_or_error(frames: list[bytes]) -> tuple[EngineCoreRequestType, Any]:
         return EngineCoreRequestType.ADD, ValueError(request_id, f"{type(e).__name__}: {e}")
 
 @patch
-def process_input_sockets(self: EngineCoreProc, ready_info: dict) -> None:
+def process_input_sockets(self: EngineCoreProc, ready_info: EngineInfo) -> None:
     "Input thread: handshake, then decode messages into `input_queue` (SHUTDOWN if parent dies)."
     socket = self.ctx.socket(zmq.DEALER)
     socket.connect(self.input_address)
-    socket.send(msgpack.packb(ready_info))
+    socket.send(msgpack.packb(asdict(ready_info)))
     try:
         while not self.shutdown_requested:
             if socket.poll(POLL_INTERVAL_MS):
@@ -302,8 +302,7 @@ def make_engine_core(engine_args: EngineArgs, eos_token_id: int | None = None,
     core = build_engine_core(engine_args, eos_token_id)
     if record_timeline:
         from minivllm.timeline import TimelineRecorder
-        info = core.info
-        label = f"{info['device']}, {info['model_name']}"
+        label = f"{core.info.device}, {core.info.model_name}"
         core.step_observers.append(TimelineRecorder(device=label))
     return core
 
@@ -372,7 +371,7 @@ class AsyncLLM:
     @property
     def max_model_len(self) -> int:
         "The engine's `max_model_len` (from the handshake)."
-        return self.engine_info["max_model_len"]
+        return self.engine_info.max_model_len
 
     @property
     def num_requests_in_flight(self) -> int:
@@ -406,13 +405,13 @@ def _start_engine(self: AsyncLLM, transport: str, engine_process_args: tuple,
     except BaseException: self.shutdown(); raise
 
 @patch
-def _wait_for_handshake(self: AsyncLLM, timeout: float) -> tuple[bytes, dict]:
+def _wait_for_handshake(self: AsyncLLM, timeout: float) -> tuple[bytes, EngineInfo]:
     "The engine's identity and info, or `EngineDeadError` with its traceback if it died first."
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if self.input_socket.poll(POLL_INTERVAL_MS):
             identity, info = self.input_socket.recv_multipart()
-            return identity, msgpack.unpackb(info)
+            return identity, EngineInfo(**msgpack.unpackb(info))
         if not self.proc.is_alive():
             message = {}
             while "error" not in message and self.output_socket.poll(OUTPUT_LINGER_MS):
@@ -524,7 +523,7 @@ def check_request_params(params: SamplingParams, vocab_size: int,
 @patch
 def tokenize_prompt(self: AsyncLLM, prompt: str | list[int]) -> list[int]:
     "Token ids of a text or token-id prompt, checked against the vocabulary and `max_model_len`."
-    return check_prompt(self.tokenizer, prompt, self.engine_info["vocab_size"], self.max_model_len)
+    return check_prompt(self.tokenizer, prompt, self.engine_info.vocab_size, self.max_model_len)
 
 # %% ../../nbs/24_async_llm.ipynb #393cda83
 @patch
@@ -545,7 +544,7 @@ async def add_request(self: AsyncLLM, request_id: str, prompt: str | list[int],
     self.check_health()
     sampling_params = sampling_params or SamplingParams()
     if output_kind is not None: sampling_params = replace(sampling_params, output_kind=output_kind)
-    vocab_size = self.engine_info["vocab_size"]
+    vocab_size = self.engine_info.vocab_size
     check_sampling_params(sampling_params, self.tokenizer, vocab_size, self.max_logprobs)
     sampling_params = check_request_params(sampling_params, vocab_size, self.max_logprobs)
     if isinstance(prompt, str):   # the tokenizer thread: the event loop keeps serving others
@@ -553,7 +552,7 @@ async def add_request(self: AsyncLLM, request_id: str, prompt: str | list[int],
         prompt_token_ids = await loop.run_in_executor(self.tokenizer_executor,
                                                       self.tokenize_prompt, prompt)
     else: prompt_token_ids = self.tokenize_prompt(prompt)
-    eos = self.engine_info["eos_token_id"]   # max_tokens=None, bad_words, the model's extra EOS
+    eos = self.engine_info.eos_token_id   # max_tokens=None, bad_words, the model's extra EOS
     sampling_params = prepare_sampling_params(sampling_params, len(prompt_token_ids),
                                               self.max_model_len, self.tokenizer,
                                               self.generation_config, eos)

@@ -17,11 +17,11 @@ from ..metrics.loggers import StatLogger
 from ..metrics.reader import Metric
 from ..metrics.stats import IterationStats
 from .arg_utils import EngineArgs
-from .core import EngineCore, build_engine_core, load_tokenizer, resolve_model_path, try_get_generation_config
+from .core import EngineCore, EngineInfo, build_engine_core, load_tokenizer, resolve_model_path, try_get_generation_config
 from .output_processor import OutputProcessor
 from ..outputs import RequestOutput
 from ..sampling_params import RequestOutputKind
-from ..entrypoints.llm import check_prompt, check_sampling_params, fan_out, prepare_sampling_params
+from .input_processor import check_prompt, check_sampling_params, fan_out, prepare_sampling_params
 __all__ = ['POLL_INTERVAL_MS', 'MAX_FAILED_STEPS', 'OUTPUT_LINGER_MS', 'HEARTBEAT_INTERVAL_S', 'HEARTBEAT_TIMEOUT_S', 'MAX_LOGPROBS', 'MAX_N', 'INT64_MIN', 'INT64_MAX', 'FLOAT_FIELDS', 'INT_FIELDS', 'EngineCoreRequestType', 'EngineDeadError', 'EngineRequestError', 'bind_socket', 'params_to_wire', 'params_from_wire', 'request_to_wire', 'request_from_wire', 'output_to_wire', 'output_from_wire', 'encode_request', 'decode_request', 'EngineCoreProc', 'decode_or_error', 'make_engine_core', 'run_engine_core', 'RequestOutputCollector', 'AsyncLLM', 'stats_from_wire', 'check_request_params']
 
 class EngineCoreRequestType(bytes, Enum):
@@ -86,7 +86,7 @@ class EngineCoreProc:
         """Send one output message (main thread only: ZMQ sockets are not thread-safe)."""
         ...
 
-    def process_input_sockets(self: EngineCoreProc, ready_info: dict) -> None:
+    def process_input_sockets(self: EngineCoreProc, ready_info: EngineInfo) -> None:
         """Input thread: handshake, then decode messages into `input_queue` (SHUTDOWN if parent dies)."""
         ...
 
@@ -199,7 +199,7 @@ class AsyncLLM:
         """Bind the sockets, spawn the engine process and wait for its handshake."""
         ...
 
-    def _wait_for_handshake(self: AsyncLLM, timeout: float) -> tuple[bytes, dict]:
+    def _wait_for_handshake(self: AsyncLLM, timeout: float) -> tuple[bytes, EngineInfo]:
         """The engine's identity and info, or `EngineDeadError` with its traceback if it died first."""
         ...
 

@@ -21,10 +21,11 @@ from ..engine.core import (build_engine_core, get_diff_sampling_param, load_toke
                                   resolve_model_path, try_get_generation_config)
 from ..metrics.loggers import StatLogger
 from ..metrics.reader import Metric
+from ..engine.input_processor import (check_prompt, check_sampling_params, fan_out,
+                                             prepare_sampling_params)
 
 # %% auto #0
-__all__ = ['PROMPT_FORMS', 'TIMELINE_MAX_RECORDS', 'parse_prompts', 'per_prompt', 'check_prompt', 'LLM', 'check_sampling_params',
-           'prepare_sampling_params', 'fan_out']
+__all__ = ['PROMPT_FORMS', 'TIMELINE_MAX_RECORDS', 'parse_prompts', 'per_prompt', 'LLM']
 
 # %% ../../nbs/23_llm.ipynb #82f1a1c5
 PROMPT_FORMS = ("a string, a list of token ids, {'prompt': str} (TextPrompt), "
@@ -66,24 +67,6 @@ def per_prompt(value, n: int, name: str) -> list:
     if len(value) != n: raise ValueError(f"{name}: got {len(value)} values for {n} prompts")
     return list(value)
 
-# %% ../../nbs/23_llm.ipynb #0a8e6dcd
-def check_prompt(tokenizer, prompt: str | list[int], vocab_size: int, max_model_len: int,
-                 name: str = "the prompt") -> list[int]:
-    "Token ids of a text or id prompt, checked: non-empty, in the vocabulary, room for an output."
-    if isinstance(prompt, str):
-        if tokenizer is None:
-            raise ValueError(f"{name} is text, but the model has no tokenizer; pass token ids")
-        prompt = tokenizer.encode(prompt)
-    if not prompt or not all(isinstance(t, int) for t in prompt):
-        raise ValueError(f"{name} must be a non-empty string or a non-empty list of token ids")
-    if min(prompt) < 0 or max(prompt) >= vocab_size:
-        raise ValueError(f"{name} has token ids outside the vocabulary [0, {vocab_size})")
-    if len(prompt) >= max_model_len:
-        raise ValueError(f"{name} has {len(prompt)} tokens, but max_model_len={max_model_len} "
-                         "leaves no room for an output token "
-                         f"(it must be at most {max_model_len - 1})")
-    return list(prompt)
-
 # %% ../../nbs/23_llm.ipynb #5b7780aa
 TIMELINE_MAX_RECORDS = 10_000  # steps LLM.timeline keeps: long offline runs, tens of MB at most
 
@@ -101,12 +84,11 @@ class LLM:
         eos = self.tokenizer.eos_token_id if self.tokenizer is not None else None
         self.engine_core = build_engine_core(args, eos_token_id=eos)
         info = self.engine_core.info
-        self.device, self.max_model_len = torch.device(info["device"]), info["max_model_len"]
-        self.eos_token_id, self.block_size = info["eos_token_id"], info["block_size"]
-        self.scheduler_config = self.engine_core.scheduler.scheduler_config
-        self.cache_config = self.engine_core.scheduler.cache_config
-        self.model = self.engine_core.model_executor.model
-        if hasattr(self.model, "capture"): self.model = self.model.model   # inside CUDAGraphWrapper
+        self.device, self.max_model_len = torch.device(info.device), info.max_model_len
+        self.eos_token_id, self.block_size = info.eos_token_id, info.block_size
+        self.scheduler_config = self.engine_core.scheduler_config
+        self.cache_config = self.engine_core.cache_config
+        self.model = self.engine_core.get_model()
         self.output_processor = OutputProcessor(self.tokenizer)
         self.request_counter = itertools.count()
         self.stat_logger = None if args.disable_log_stats else StatLogger(self.model_path.name)
@@ -129,50 +111,11 @@ class LLM:
         "Forget every cached prefix block; False while requests still hold blocks (vLLM's)."
         return self.engine_core.reset_prefix_cache(reset_running_requests)
 
-# %% ../../nbs/23_llm.ipynb #o11d19
-def check_sampling_params(params, tokenizer, vocab_size: int, max_logprobs: int = 20) -> None:
-    "What `SamplingParams` cannot check alone: a tokenizer, ids in the vocab, `max_logprobs`."
-    if not isinstance(params, SamplingParams):
-        raise ValueError(f"sampling_params must be SamplingParams, got {type(params).__name__}")
-    if params.stop and tokenizer is None:
-        raise ValueError("stop strings need a tokenizer and this model has none; "
-                         "use stop_token_ids")
-    if params.bad_words and tokenizer is None:
-        raise ValueError("bad_words need a tokenizer and this model has none; use logit_bias")
-    for name in ("stop_token_ids", "allowed_token_ids", "logit_bias"):
-        if any(t >= vocab_size for t in getattr(params, name) or ()):
-            raise ValueError(f"{name} must be inside the vocabulary [0, {vocab_size})")
-    cap = vocab_size if max_logprobs == -1 else max_logprobs
-    for name in ("logprobs", "prompt_logprobs"):
-        k = getattr(params, name)
-        if (k or 0) > vocab_size:
-            raise ValueError(f"{name}={k} is more than the {vocab_size} tokens of the vocabulary")
-        if (k or 0) > cap:   # vLLM's message
-            kind = "sample" if name == "logprobs" else "prompt"
-            raise ValueError(f"Requested {kind} logprobs of {k}, which is greater than max "
-                             f"allowed: {cap} ({name}; the engine's max_logprobs)")
-
-def prepare_sampling_params(params: SamplingParams, prompt_len: int, max_model_len: int,
-                            tokenizer=None, generation_config: dict | None = None,
-                            eos_token_id: int | None = None) -> SamplingParams:
-    "A request's own copy of `params`, completed as vLLM's `InputProcessor` completes it."
-    params = replace(params)     # the caller's object is never changed
-    if params.max_tokens is None: params.max_tokens = max(max_model_len - prompt_len, 1)
-    params.update_from_generation_config(generation_config or {}, eos_token_id)
-    if tokenizer is not None: params.update_from_tokenizer(tokenizer)
-    return params
-
-def fan_out(request_id: str, params: SamplingParams) -> list[tuple]:
-    "`(engine request id, params, parent, index)` of each engine request behind one user request."
-    if params.n == 1: return [(request_id, params, None, 0)]
-    parent = ParentRequest(request_id, params)
-    return [(*parent.get_child_info(i), parent, i) for i in range(params.n)]
-
 # %% ../../nbs/23_llm.ipynb #5e389787
 @patch
 def _tokenize(self: LLM, i: int, prompt: dict) -> list[int]:
     "Token ids of prompt `i` (text goes through the tokenizer), checked against the model."
-    vocab_size = self.engine_core.info["vocab_size"]
+    vocab_size = self.engine_core.info.vocab_size
     ids = prompt["prompt_token_ids"]
     return check_prompt(self.tokenizer, prompt["prompt"] if ids is None else ids, vocab_size,
                         self.max_model_len, f"prompt {i}")
@@ -183,7 +126,7 @@ def _add_requests(self: LLM, prompts, sampling_params, priority) -> list[str]:
     prompts = parse_prompts(prompts)
     if sampling_params is None: sampling_params = self.get_default_sampling_params()
     params = per_prompt(sampling_params, len(prompts), "sampling_params")
-    vocab_size, max_logprobs = self.engine_core.info["vocab_size"], self.engine_args.max_logprobs
+    vocab_size, max_logprobs = self.engine_core.info.vocab_size, self.engine_args.max_logprobs
     for p in params: check_sampling_params(p, self.tokenizer, vocab_size, max_logprobs)
     priorities = per_prompt(0 if priority is None else priority, len(prompts), "priority")
     if any(priorities) and self.scheduler_config.policy != "priority":
@@ -214,12 +157,11 @@ def _speed_postfix(pbar, prompt_tokens: int, output_tokens: int) -> str:
 def _run_engine(self: LLM, request_ids: list[str], use_tqdm: bool = True) -> list[RequestOutput]:
     "Step the engine until every request is finished; outputs in the order of `request_ids`."
     finished, prompt_tokens, output_tokens = {}, 0, 0
-    scheduler = self.engine_core.scheduler
     bar = dict(total=len(request_ids), desc="Processed prompts", dynamic_ncols=True,
                disable=not use_tqdm)
     with tqdm(**bar) as pbar:
         try:
-            while scheduler.has_unfinished_requests():
+            while self.engine_core.has_unfinished_requests():
                 outputs, _ = self.engine_core.step()
                 it = None if self.stat_logger is None else IterationStats()
                 processed = self.output_processor.process_outputs(outputs.outputs, it)

@@ -215,7 +215,7 @@ def timeline(args: argparse.Namespace) -> dict:
 # %% ../../../nbs/27_cli.ipynb #0644b9fb
 def random_token_prompts(llm: LLM, num_prompts: int, input_len: int, seed: int) -> list[list[int]]:
     "vLLM's random dataset: prompts of `input_len` random token ids."
-    rng, vocab_size = random.Random(seed), llm.engine_core.info["vocab_size"]
+    rng, vocab_size = random.Random(seed), llm.engine_core.info.vocab_size
     return [[rng.randrange(vocab_size) for _ in range(input_len)] for _ in range(num_prompts)]
 
 def bench_sampling_params(output_len: int) -> SamplingParams:

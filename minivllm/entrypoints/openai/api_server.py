@@ -596,7 +596,7 @@ async def detokenize(body: DetokenizeRequest, raw_request: HTTPRequest):
     "The text of token ids: `{prompt}`."
     async_llm, model_name = _state(raw_request)
     check_model(body.model, model_name)
-    tokenizer, vocab_size = _tokenizer(async_llm, "tokens"), async_llm.engine_info["vocab_size"]
+    tokenizer, vocab_size = _tokenizer(async_llm, "tokens"), async_llm.engine_info.vocab_size
     if any(not 0 <= t < vocab_size for t in body.tokens):
         raise ParamError(f"tokens must be inside the vocabulary [0, {vocab_size})", "tokens")
     return {"prompt": tokenizer.decode(body.tokens)}
