@@ -70,6 +70,7 @@ class Request:
         self._all_token_ids: list[int] = self.prompt_token_ids.copy()
         self.spec_token_ids: list[int] = []
         self.num_output_placeholders = 0
+        self.last_sched_seq = 0   # async scheduling: the last step that named it (chapter 06)
         self.num_computed_tokens = 0
         self.num_cached_tokens = -1
         self.status = RequestStatus.WAITING

@@ -115,13 +115,19 @@ def _pick_victim(self: Scheduler) -> Request:
     return self.running.pop()
 
 @patch
+def _free_request_blocks(self: Scheduler, request: Request) -> None:
+    "Return `request`'s blocks to the pool (chapter 06's `AsyncScheduler` may delay it)."
+    self.kv_cache_manager.free(request)
+
+@patch
 def _preempt_request(self: Scheduler, request: Request) -> None:
     "Free `request`'s blocks, reset its progress and put it back at the front of `waiting`."
     assert request.status == RequestStatus.RUNNING, \
         f"only running requests are preempted: {request}"
-    self.kv_cache_manager.free(request)
+    self._free_request_blocks(request)
     request.status = RequestStatus.PREEMPTED
     request.num_computed_tokens = 0
+    request.num_output_placeholders = 0   # async: a token still in flight arrives as stale output
     request.spec_token_ids.clear()
     request.num_preemptions += 1
     self.waiting.prepend_request(request)
@@ -148,6 +154,11 @@ def _schedule_running(self: Scheduler, plan: _StepPlan) -> None:
     req_index = 0
     while req_index < len(self.running) and plan.token_budget > 0:
         request = self.running[req_index]
+        if (request.num_output_placeholders > 0 and request.max_tokens is not None
+                and request.num_computed_tokens + 2 - request.num_output_placeholders
+                >= request.num_prompt_tokens + request.max_tokens):
+            req_index += 1   # async: the step in flight already samples its last token (vLLM)
+            continue
         debt = (request.num_tokens_with_spec + request.num_output_placeholders
                 - request.num_computed_tokens)
         num_new_tokens = self._num_new_tokens(request, debt, plan.token_budget)
@@ -284,13 +295,16 @@ def _free_request(self: Scheduler, request: Request) -> None:
     "Forget a finished request: its id goes to the worker next step, its blocks back to the pool."
     assert request.is_finished()
     self.finished_req_ids.add(request.request_id)
-    self.kv_cache_manager.free(request)
+    self._free_request_blocks(request)
     del self.requests[request.request_id]
 
 @patch
 def _update_request_with_output(self: Scheduler, request: Request,
                                 new_token_ids: list[int]) -> tuple[list[int], bool]:
     "Append tokens one at a time, stopping (and trimming) at the first stop condition."
+    if request.num_output_placeholders > 0:   # async: these tokens are no longer in flight
+        request.num_output_placeholders -= len(new_token_ids)
+        assert request.num_output_placeholders >= 0
     for num_new, token_id in enumerate(new_token_ids, 1):
         request.append_output_token_ids(token_id)
         if check_stop(request, self.max_model_len): return new_token_ids[:num_new], True

@@ -34,6 +34,10 @@ class Scheduler:
         """Pop a victim: FCFS the tail of `running`, priority the max (priority, arrival)."""
         ...
 
+    def _free_request_blocks(self: Scheduler, request: Request) -> None:
+        """Return `request`'s blocks to the pool (chapter 06's `AsyncScheduler` may delay it)."""
+        ...
+
     def _preempt_request(self: Scheduler, request: Request) -> None:
         """Free `request`'s blocks, reset its progress and put it back at the front of `waiting`."""
         ...
