@@ -40,6 +40,8 @@ class EngineArgs:
     generation_config: str = _arg("auto", "sampling defaults: auto (the model folder's "
                                   "generation_config.json), vllm (ignore it) or a folder")
     disable_log_stats: bool = _arg(False, "do not collect the scheduler's step stats")
+    async_scheduling: bool = _arg(False, "schedule step N+1 while step N runs (chapter 06); vLLM "
+                                  "0.33 turns it on by default, minivllm does not")
     tensor_parallel_size: int = _arg(1, "GPUs per model: only 1 here (use vLLM for more)")
 
     def __post_init__(self):

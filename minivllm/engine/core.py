@@ -5,6 +5,8 @@
 # %% ../../nbs/21_engine_core.ipynb #2e352c25
 from __future__ import annotations
 import gc, json, time
+from collections import deque
+from fastcore.basics import patch
 from dataclasses import dataclass
 import numpy as np
 from ..core.kv_cache_manager import cdiv
@@ -15,6 +17,8 @@ from ..request import Request, RequestStatus
 from ..core.sched.output import EngineCoreOutputs
 from ..config import CacheConfig, SchedulerConfig
 from ..core.sched.scheduler import Scheduler
+from ..core.sched.async_scheduler import AsyncScheduler
+from ..executor.uniproc_executor import UniProcExecutor
 from ..attention.backends.triton_attn import get_attn_backend
 from ..worker.utils import make_attn_metadata
 from ..model_executor.models.llama import compile_and_warm_up, make_kv_caches
@@ -62,6 +66,11 @@ class EngineCore:
         self.scheduler, self.model_executor = scheduler, model_executor
         self.step_observers = list(step_observers or [])
         self.info = info
+        # async scheduling (chapter 06): an executor that runs steps behind the host has room for
+        # more than one step in flight; vLLM's batch queue holds them, oldest on the right
+        self.batch_queue_size = getattr(model_executor, "max_concurrent_batches", 1)
+        self.batch_queue = deque() if self.batch_queue_size > 1 else None
+        self.step_fn = self.step if self.batch_queue is None else self.step_with_batch_queue
 
     @property
     def scheduler_config(self): return self.scheduler.scheduler_config
@@ -71,6 +80,10 @@ class EngineCore:
     def has_unfinished_requests(self) -> bool:
         "Whether a request is still waiting or running."
         return self.scheduler.has_unfinished_requests()
+
+    def has_work(self) -> bool:
+        "Whether a step would do anything: requests to schedule or steps in flight (vLLM's)."
+        return self.scheduler.has_requests() or bool(self.batch_queue)
 
     def get_model(self):
         "The executor's model (the `nn.Module`, also when a CUDA-graph wrapper runs it)."
@@ -93,15 +106,46 @@ class EngineCore:
         "Schedule, execute, update: the step's outputs and whether the model ran (as in vLLM)."
         if not self.scheduler.has_requests(): return EngineCoreOutputs(), False
         scheduler_output = self.scheduler.schedule()
-        now = time.monotonic()
-        for new in scheduler_output.scheduled_new_reqs:   # vLLM's SCHEDULED event, first time only
-            request = self.scheduler.requests.get(new.req_id)
-            if request is not None and not request.scheduled_ts: request.scheduled_ts = now
+        self._record_scheduled(scheduler_output)
         model_output = self.model_executor.execute_model(scheduler_output)
         engine_core_outputs = self.scheduler.update_from_output(scheduler_output, model_output)
         for observe in self.step_observers:
             observe(self.scheduler, scheduler_output, engine_core_outputs)
         return engine_core_outputs, scheduler_output.total_num_scheduled_tokens > 0
+
+    def _record_scheduled(self, scheduler_output) -> None:
+        "vLLM's SCHEDULED event: the time a request is first scheduled."
+        now = time.monotonic()
+        for new in scheduler_output.scheduled_new_reqs:
+            request = self.scheduler.requests.get(new.req_id)
+            if request is not None and not request.scheduled_ts: request.scheduled_ts = now
+
+    def shutdown(self) -> None:
+        "Stop the executor's worker thread, if it has one (steps in flight finish first)."
+        if hasattr(self.model_executor, "shutdown"): self.model_executor.shutdown()
+
+# %% ../../nbs/21_engine_core.ipynb #a5c10002
+@patch
+def step_with_batch_queue(self: EngineCore) -> tuple[EngineCoreOutputs, bool]:
+    "Schedule and submit a step if the queue has room; else wait for the oldest and update (vLLM)."
+    batch_queue, model_executed = self.batch_queue, False
+    if self.scheduler.has_requests():
+        scheduler_output = self.scheduler.schedule()
+        self._record_scheduled(scheduler_output)
+        future = self.model_executor.execute_model(scheduler_output, non_block=True)
+        model_executed = scheduler_output.total_num_scheduled_tokens > 0
+        batch_queue.appendleft((future, scheduler_output))
+        if len(batch_queue) < self.batch_queue_size and (model_executed
+                                                         or self.scheduler.has_requests()):
+            return EngineCoreOutputs(), model_executed      # do not wait while there is room
+    elif not batch_queue:
+        return EngineCoreOutputs(), False
+    future, scheduler_output = batch_queue.pop()
+    model_output = future.result()
+    engine_core_outputs = self.scheduler.update_from_output(scheduler_output, model_output)
+    for observe in self.step_observers:
+        observe(self.scheduler, scheduler_output, engine_core_outputs)
+    return engine_core_outputs, model_executed
 
 # %% ../../nbs/21_engine_core.ipynb #6ff73d0c
 def resolve_model_path(model: str | Path | None) -> Path:
@@ -206,7 +250,8 @@ def build_engine_core(args: EngineArgs, eos_token_id: int | None = None) -> Engi
         device, args.max_num_seqs, model_len, args.enable_chunked_prefill)
     num_blocks = num_gpu_blocks_for(model, device, args, model_len, batched)
     max_model_len = args.max_model_len or min(model_len, (num_blocks - 1) * args.block_size)
-    scheduler = Scheduler(
+    scheduler_cls = AsyncScheduler if args.async_scheduling else Scheduler
+    scheduler = scheduler_cls(
         SchedulerConfig(max_num_batched_tokens=batched, max_num_seqs=args.max_num_seqs,
                         max_model_len=max_model_len,
                         enable_chunked_prefill=args.enable_chunked_prefill,
@@ -231,7 +276,8 @@ def build_engine_core(args: EngineArgs, eos_token_id: int | None = None) -> Engi
                       eos_token_id=eos_token_id, num_gpu_blocks=num_blocks,
                       block_size=args.block_size)
     gc.collect(); gc.freeze()   # vLLM: start-up objects leave the collector's generations
-    return EngineCore(scheduler, runner, info=info)
+    executor = UniProcExecutor(runner) if args.async_scheduling else runner   # chapter 06
+    return EngineCore(scheduler, executor, info=info)
 
 # %% ../../nbs/21_engine_core.ipynb #66be09be
 SAMPLING_DEFAULT_FIELDS = ("repetition_penalty", "presence_penalty", "frequency_penalty",
