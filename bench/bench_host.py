@@ -1,7 +1,7 @@
 """Host time per engine step with a no-op model (issue 21): what the CPU spends around the GPU.
 
     python bench/bench_host.py [--running 1 64 256] [--steps 200] [--vocab 256] [--gc-freeze] [--cpu-clock]
-                               [--json FILE]
+                               [--async-scheduling] [--model-ms auto|MS] [--json FILE]
 
 The real scheduler, the real model runner (its host part: input batch, block tables, metadata, the
 sampler) and the real output processor, around a model that does nothing: `forward` returns a
@@ -10,7 +10,17 @@ prefilled first; then every measured step is N synchronous decodes, timed per ph
 schedule | runner (execute_model) | update_from_output | outputs (OutputProcessor.process_outputs).
 `--gc-freeze` moves everything built during start-up out of the garbage collector's reach
 (gc.freeze(), as vLLM does after start-up), to show what that saves.
-Only public names of `minivllm` are used.
+
+`--async-scheduling` also runs each size the way `EngineArgs(async_scheduling=True)` builds the engine
+(chapter 06: `AsyncScheduler`, the runner behind a `UniProcExecutor` worker thread, and
+`EngineCore.step_with_batch_queue`), with a model step that costs `--model-ms` of wall time (a sleep in
+`forward`, which releases the GIL as a GPU step or torch's CPU kernels do; `auto`: the synchronous host
+time just measured at that size, so the model costs as much as the host). It reports the host's time per
+step on the engine thread (schedule, update, outputs), the runner's host part (now on the worker
+thread), the wall time per step, and how busy the worker thread was (`thread_busy`: inside
+`execute_model`, the runner's Python included) and the model itself (`model_busy`: inside the model
+step), each as a share of the wall time. The synchronous run with the same model step is measured too,
+in the same process, so the two can be compared as a ratio on a noisy machine.
 """
 import argparse, gc, json, statistics, sys, time
 from pathlib import Path
@@ -22,56 +32,71 @@ from torch import nn
 
 from minivllm import (CacheConfig, EngineCore, ModelRunner, OutputProcessor, Request, SamplingParams, Scheduler,
                       SchedulerConfig)
+from minivllm.core.sched.async_scheduler import AsyncScheduler
+from minivllm.executor.uniproc_executor import UniProcExecutor
 
 PHASES = ("schedule", "runner", "update", "outputs")
 
 
 class NoOpModel(nn.Module):
     "A model that computes nothing: fixed hidden states and logits (greedy picks token 1, never EOS)."
-    def __init__(self, max_tokens: int, vocab_size: int, hidden_size: int = 8):
+    def __init__(self, max_tokens: int, vocab_size: int, hidden_size: int = 8, model_s: float = 0.0):
         super().__init__()
-        self.vocab_size = vocab_size
+        self.vocab_size, self.model_s, self.spans = vocab_size, model_s, []
         self.hidden = torch.zeros(max_tokens, hidden_size)
         self.logits = torch.zeros(max_tokens, vocab_size)
         self.logits[:, 1] = 1.0
 
     def forward(self, input_ids, positions, attn_metadata=None):
+        if self.model_s:             # a model step of model_s seconds; sleeping releases the GIL
+            t0 = time.perf_counter(); time.sleep(self.model_s)
+            self.spans.append((t0, time.perf_counter()))
         return self.hidden[: input_ids.shape[0]]
 
     def compute_logits(self, hidden):
         return self.logits[: hidden.shape[0]]
 
 
-def build(num_running: int, vocab: int, prompt_len: int, max_tokens: int, block_size: int = 16):
+def build(num_running: int, vocab: int, prompt_len: int, max_tokens: int, block_size: int = 16,
+          async_scheduling: bool = False, model_s: float = 0.0):
     "Scheduler + ModelRunner(no-op model) + EngineCore + OutputProcessor, as LLM builds them."
     max_model_len = prompt_len + max_tokens + block_size
     batched = max(2048, num_running)
     blocks = num_running * -(-max_model_len // block_size) + 1
-    scheduler = Scheduler(SchedulerConfig(max_num_batched_tokens=batched, max_num_seqs=num_running,
+    scheduler = (AsyncScheduler if async_scheduling else Scheduler)(SchedulerConfig(max_num_batched_tokens=batched, max_num_seqs=num_running,
                                           max_model_len=max_model_len),
                           CacheConfig(block_size=block_size, num_gpu_blocks=blocks))
-    runner = ModelRunner(NoOpModel(batched, vocab), num_running, max_model_len, batched, block_size,
-                         device="cpu", eos_token_id=None, vocab_size=vocab)
-    return EngineCore(scheduler, runner), OutputProcessor(None)
+    runner = ModelRunner(NoOpModel(batched, vocab, model_s=model_s), num_running, max_model_len, batched,
+                         block_size, device="cpu", eos_token_id=None, vocab_size=vocab)
+    executor = UniProcExecutor(runner) if async_scheduling else runner
+    return EngineCore(scheduler, executor), OutputProcessor(None)
 
 
-def measure(num_running: int, steps: int, vocab: int, gc_freeze: bool, cpu_clock: bool = False,
-            prompt_len: int = 32) -> dict:
-    core, processor = build(num_running, vocab, prompt_len, max_tokens=steps + 64)
-    sp = SamplingParams(temperature=0, max_tokens=steps + 64, ignore_eos=True)
+def admit(core, processor, num_running: int, vocab: int, prompt_len: int, max_tokens: int) -> None:
+    "Add `num_running` requests, step until all run and are prefilled, then a few warm decodes."
+    sp = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
     for i in range(num_running):
         r = Request(str(i), [(7 * i + j) % (vocab - 2) + 2 for j in range(prompt_len)], sp, eos_token_id=None)
         processor.add_request(r, None)
         core.add_request(r)
-    sched, runner = core.scheduler, core.model_executor
+    sched = core.scheduler
     while len(sched.running) < num_running or any(r.num_computed_tokens < r.num_prompt_tokens
                                                    for r in sched.running):
-        processor.process_outputs(core.step()[0].outputs)       # admit and prefill everyone
-    for _ in range(5): processor.process_outputs(core.step()[0].outputs)   # warm decodes
+        processor.process_outputs(core.step_fn()[0].outputs)       # admit and prefill everyone
+    for _ in range(5): processor.process_outputs(core.step_fn()[0].outputs)   # warm decodes
+
+
+def measure(num_running: int, steps: int, vocab: int, gc_freeze: bool, cpu_clock: bool = False,
+            prompt_len: int = 32, model_s: float = 0.0) -> dict:
+    core, processor = build(num_running, vocab, prompt_len, max_tokens=steps + 64, model_s=model_s)
+    admit(core, processor, num_running, vocab, prompt_len, steps + 64)
+    sched, runner = core.scheduler, core.model_executor
     gc.collect()
     if gc_freeze: gc.freeze()
     times = {p: [] for p in PHASES}
     clock = time.thread_time if cpu_clock else time.perf_counter
+    runner.model.spans.clear()
+    wall0 = time.perf_counter()
     for _ in range(steps):
         t0 = clock(); so = sched.schedule()
         t1 = clock(); mro = runner.execute_model(so)
@@ -80,11 +105,74 @@ def measure(num_running: int, steps: int, vocab: int, gc_freeze: bool, cpu_clock
         t4 = clock()
         assert so.total_num_scheduled_tokens == num_running, "not a pure decode step"
         for p, a, b in zip(PHASES, (t0, t1, t2, t3), (t1, t2, t3, t4)): times[p].append((b - a) * 1e3)
+    wall = time.perf_counter() - wall0
     if gc_freeze: gc.unfreeze()
     res = {p: statistics.fmean(v) for p, v in times.items()}            # means: the phases add up
     totals = [sum(x) for x in zip(*times.values())]
     res["total"] = statistics.fmean(totals)
     res["median_total"] = statistics.median(totals)
+    res["wall"] = wall / steps * 1e3
+    res["model_busy"] = sum(b - a for a, b in runner.model.spans) / wall if model_s else 0.0
+    slept = statistics.fmean(b - a for a, b in runner.model.spans) * 1e3 if model_s else 0.0
+    if not cpu_clock: res["runner"] -= slept           # the runner's host part only (the sleep's share out)
+    res["total"] -= slept if not cpu_clock else 0.0
+    res["median_total"] -= slept if not cpu_clock else 0.0
+    return res
+
+
+def _timed(fn, clock, out: list):
+    "`fn`, recording each call's duration (ms) in `out`."
+    def call(*args, **kwargs):
+        t0 = clock(); r = fn(*args, **kwargs); out.append((clock() - t0) * 1e3)
+        return r
+    return call
+
+
+def measure_async(num_running: int, steps: int, vocab: int, gc_freeze: bool, cpu_clock: bool = False,
+                  prompt_len: int = 32, model_s: float = 0.0) -> dict:
+    "The same decode steps through `step_with_batch_queue`: host phases, wall, busy shares."
+    core, processor = build(num_running, vocab, prompt_len, steps + 64, async_scheduling=True, model_s=model_s)
+    admit(core, processor, num_running, vocab, prompt_len, steps + 64)
+    sched, executor = core.scheduler, core.model_executor
+    runner = executor.driver_worker
+    gc.collect()
+    if gc_freeze: gc.freeze()
+    clock = time.thread_time if cpu_clock else time.perf_counter
+    times = {p: [] for p in PHASES}
+    worker_spans, scheduled = [], []
+    def execute(so, _run=runner.execute_model):               # runs on the worker thread
+        t0, c0 = time.perf_counter(), clock()
+        out = _run(so)
+        worker_spans.append((t0, time.perf_counter(), (clock() - c0) * 1e3))
+        return out
+    runner.execute_model = execute
+    def schedule(_schedule=sched.schedule):
+        so = _schedule(); scheduled.append(so.total_num_scheduled_tokens)
+        return so
+    sched.schedule = _timed(schedule, clock, times["schedule"])
+    sched.update_from_output = _timed(sched.update_from_output, clock, times["update"])
+    runner.model.spans.clear()
+    wall0 = time.perf_counter()
+    while len(times["update"]) < steps:
+        out, _ = core.step_fn()
+        t0 = clock(); processor.process_outputs(out.outputs); times["outputs"].append((clock() - t0) * 1e3)
+    wall = time.perf_counter() - wall0
+    if gc_freeze: gc.unfreeze()
+    core.shutdown()
+    assert all(n == num_running for n in scheduled), "not a pure decode step"
+    done = [s for s in worker_spans if s[1] <= wall0 + wall]
+    busy = sum(min(b, wall0 + wall) - max(a, wall0) for a, b, _ in done) / wall
+    model = [s for s in runner.model.spans if s[0] >= wall0]
+    res = {"schedule": sum(times["schedule"]) / steps, "update": sum(times["update"]) / steps,
+           "outputs": sum(times["outputs"]) / steps,
+           "runner": statistics.fmean(c for _, _, c in worker_spans)}
+    if model_s and not cpu_clock:                           # the runner's host part only
+        res["runner"] -= statistics.fmean(b - a for a, b in runner.model.spans) * 1e3
+    res["host_engine_thread"] = res["schedule"] + res["update"] + res["outputs"]
+    res["total"] = res["host_engine_thread"] + res["runner"]
+    res["wall"] = wall / steps * 1e3
+    res["thread_busy"] = busy
+    res["model_busy"] = sum(b - a for a, b in model) / wall if model_s else 0.0
     return res
 
 
@@ -98,6 +186,10 @@ def main(argv=None):
     p.add_argument("--cpu-clock", action="store_true",
                    help="time with this thread's CPU clock (time.thread_time): on a loaded machine, the work "
                         "without the waits for a core (wall clock by default)")
+    p.add_argument("--async-scheduling", action="store_true",
+                   help="also run each size with async scheduling, beside a synchronous run with the same model step")
+    p.add_argument("--model-ms", default="auto",
+                   help="model step (ms of wall time) for the comparison; auto: that size's synchronous host time")
     p.add_argument("--json", help="also write the results here")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -109,9 +201,40 @@ def main(argv=None):
         r = measure(n, args.steps, args.vocab, args.gc_freeze, args.cpu_clock)
         out[n] = r
         print(f"{n:>8} " + " ".join(f"{r[p]:>9.3f}" for p in (*PHASES, "total", "median_total")), flush=True)
-    if args.json: Path(args.json).write_text(json.dumps({"gc_freeze": args.gc_freeze, "cpu_clock": args.cpu_clock,
-                                                         "ms_per_step": out}, indent=1))
-    return out
+    if 256 in out:
+        verdict = "met" if out[256]["total"] <= 3 else "not met"
+        print(f"issue 21 goal, synchronous host time per step at 256 running <= 3 ms: "
+              f"{out[256]['total']:.2f} ms ({verdict})")
+    result = {"gc_freeze": args.gc_freeze, "cpu_clock": args.cpu_clock, "ms_per_step": out}
+    if args.async_scheduling: result["async"] = compare_async(args, out)
+    if args.json: Path(args.json).write_text(json.dumps(result, indent=1))
+    return result
+
+
+ASYNC_COLUMNS = ("schedule", "runner", "update", "outputs", "host", "wall", "thread_busy", "model_busy")
+
+
+def compare_async(args, sync_host: dict) -> dict:
+    "Per size: a synchronous and an async run with the same model step, one after the other."
+    print(f"\nwith a model step of --model-ms {args.model_ms} (a sleep: no GIL held); ms per step, busy as a "
+          f"share of the wall time; host = the engine thread's schedule + update + outputs")
+    print(f"{'running':>8} {'model_ms':>9} {'mode':>6} " + " ".join(f"{c:>11}" for c in ASYNC_COLUMNS))
+    res = {}
+    for n in args.running:
+        model_ms = sync_host[n]["total"] if args.model_ms == "auto" else float(args.model_ms)
+        model_s = model_ms / 1e3
+        runs = {"sync": measure(n, args.steps, args.vocab, args.gc_freeze, args.cpu_clock, model_s=model_s),
+                "async": measure_async(n, args.steps, args.vocab, args.gc_freeze, args.cpu_clock, model_s=model_s)}
+        runs["sync"]["host"] = sum(runs["sync"][p] for p in ("schedule", "update", "outputs"))
+        runs["sync"]["thread_busy"] = runs["sync"]["model_busy"]   # one thread: busy = the model's share
+        runs["async"]["host"] = runs["async"]["host_engine_thread"]
+        for mode, r in runs.items():
+            print(f"{n:>8} {model_ms:>9.2f} {mode:>6} " + " ".join(f"{r[c]:>11.3f}" for c in ASYNC_COLUMNS),
+                  flush=True)
+        speedup = runs["sync"]["wall"] / runs["async"]["wall"]
+        print(f"{'':>8} {'':>9} {'':>6} wall per step sync/async = {speedup:.2f}x", flush=True)
+        res[n] = {"model_ms": model_ms, **runs, "wall_ratio_sync_over_async": speedup}
+    return res
 
 
 if __name__ == "__main__":
