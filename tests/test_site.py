@@ -180,3 +180,26 @@ def test_a_method_patched_again_links_to_each_chapters_definition(tmp_path):
     assert idx.href(nm, "pkg/batch.py", chapter="11_sampler") == "source/pkg.sampler.html#L-3"
     assert idx.href(nm, "pkg/batch.py") == "source/pkg.batch.html#L-3"
     assert idx.href(nm) is None  # two modules define it, no chapter to choose by
+
+
+def test_readme_images_are_the_index_figures():
+    "Every image README.md links exists beside it and is the index's saved output (readme_figures)."
+    rf = _mod("readme_figures")
+    figures = rf.index_figures()
+    assert figures, "the index shows its figures with show_png(fig, NAME)"
+    linked = rf.readme_images()
+    assert sorted(linked) == sorted(figures), "run `make readme` (README.md from nbs/index.ipynb)"
+    for rel in linked:
+        path = rf.ROOT / rel
+        assert path.is_file() and path.read_bytes() == figures[rel], \
+            f"{rel} is not the index's output: run `python docs/readme_figures.py`"
+        info = _mod("site_check").png_info(path.read_bytes())
+        assert info["color"] in ("RGB", "RGBA") and info["dpi"] >= 100
+        assert path.stat().st_size < 200_000, f"{rel}: keep the README's figures small"
+
+
+def test_readme_image_links_are_found(tmp_path):
+    rf = _mod("readme_figures")
+    md = tmp_path / "README.md"
+    md.write_text("![png](index_files/a.png)\ntext ![x](https://e.org/b.png) <img src=\"c/d.png\">\n")
+    assert rf.readme_images(md) == ["index_files/a.png", "c/d.png"]
