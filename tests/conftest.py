@@ -40,30 +40,31 @@ TINY_LLM_ARGS = dict(num_gpu_blocks=64, max_model_len=256)
 TINY_SERVER_ARGS = dict(num_gpu_blocks=320, max_model_len=1024, seed=0)
 
 
-def _tiny_checkpoint(tmp_path_factory, name: str, **kwargs) -> Path:
+def _tiny_checkpoint(tmp_path_factory, kind: str, name: str, **kwargs) -> Path:
+    "A folder `name` (the model name in metrics and reports) in a folder of its own per kind."
     from minivllm.testing.tiny_models import make_tiny_model
-    return make_tiny_model(tmp_path_factory.mktemp("tiny_models") / name, **kwargs)
+    return make_tiny_model(tmp_path_factory.mktemp(kind) / name, **kwargs)
 
 
 # ---------------------------------------------------------------- checkpoints
 @pytest.fixture(scope="session")
 def tiny_llama_path(tmp_path_factory) -> Path:
     "A tiny random Llama checkpoint (`TINY_CONFIG`: 256-token vocabulary, no tokenizer)."
-    return _tiny_checkpoint(tmp_path_factory, "llama", arch="LlamaForCausalLM",
+    return _tiny_checkpoint(tmp_path_factory, "tiny_llama", "tiny", arch="LlamaForCausalLM",
                             seed=ARCH_SEEDS["LlamaForCausalLM"])
 
 
 @pytest.fixture(scope="session")
 def tiny_qwen2_path(tmp_path_factory) -> Path:
     "A tiny random Qwen2 checkpoint (biases on q, k, v)."
-    return _tiny_checkpoint(tmp_path_factory, "qwen2", arch="Qwen2ForCausalLM",
+    return _tiny_checkpoint(tmp_path_factory, "tiny_qwen2", "qwen2", arch="Qwen2ForCausalLM",
                             seed=ARCH_SEEDS["Qwen2ForCausalLM"])
 
 
 @pytest.fixture(scope="session")
 def tiny_qwen3_path(tmp_path_factory) -> Path:
     "A tiny random Qwen3 checkpoint (q and k norms)."
-    return _tiny_checkpoint(tmp_path_factory, "qwen3", arch="Qwen3ForCausalLM",
+    return _tiny_checkpoint(tmp_path_factory, "tiny_qwen3", "qwen3", arch="Qwen3ForCausalLM",
                             seed=ARCH_SEEDS["Qwen3ForCausalLM"])
 
 
@@ -77,16 +78,16 @@ def tiny_paths_by_arch(tiny_llama_path, tiny_qwen2_path, tiny_qwen3_path) -> dic
 @pytest.fixture(scope="session")
 def tiny_llama_1k_vocab_path(tmp_path_factory) -> Path:
     "A tiny random Llama with a 1024-token vocabulary (room for the worked examples' prompt ids)."
-    return _tiny_checkpoint(tmp_path_factory, "llama_1k_vocab", arch="LlamaForCausalLM", seed=0,
-                            vocab_size=1024)
+    return _tiny_checkpoint(tmp_path_factory, "tiny_llama_1k_vocab", "llama",
+                            arch="LlamaForCausalLM", seed=0, vocab_size=1024)
 
 
 @pytest.fixture(scope="session")
 def tiny_llama_smollm2_tokenizer_path(tmp_path_factory) -> Path:
     "A tiny random Llama with SmolLM2's 49152-token vocabulary, tokenizer and chat template."
     from minivllm.model_executor.model_loader import default_model_path
-    path = _tiny_checkpoint(tmp_path_factory, "llama_smollm2_tokenizer", arch="LlamaForCausalLM",
-                            seed=0, vocab_size=49152)
+    path = _tiny_checkpoint(tmp_path_factory, "tiny_llama_smollm2_tokenizer", "tiny",
+                            arch="LlamaForCausalLM", seed=0, vocab_size=49152)
     for f in default_model_path().iterdir():
         if f.name not in ("config.json", "model.safetensors", "generation_config.json"):
             shutil.copy(f, path)
@@ -98,7 +99,7 @@ def tiny_llama_with_generation_config(tiny_llama_path, tmp_path_factory):
     "`make(config, name)`: a copy of `tiny_llama_path` whose generation_config.json is `config`."
     import json
     def make(generation_config: dict, name: str = "tiny_gen") -> Path:
-        path = tmp_path_factory.mktemp("tiny_models") / name
+        path = tmp_path_factory.mktemp("tiny_llama_with_generation_config") / name
         shutil.copytree(tiny_llama_path, path)
         (path / "generation_config.json").write_text(json.dumps(generation_config))
         return path

@@ -1,10 +1,7 @@
 """`minivllm bench serve` (chapter 27) against a tiny server on loopback: vLLM's result lines."""
 import contextlib, io, re
-import pytest, torch
-from minivllm.engine.async_llm import AsyncLLM
+import torch
 from minivllm.entrypoints.cli.main import main
-from minivllm.entrypoints.openai.api_server import build_app, serve_in_thread
-from minivllm.testing.tiny_models import make_tiny_model
 
 torch.set_num_threads(1)
 LINES = ["============ Serving Benchmark Result ============", "Successful requests:",
@@ -14,23 +11,14 @@ LINES = ["============ Serving Benchmark Result ============", "Successful reque
     for stat in ("Mean", "Median", "P99")]
 
 
-@pytest.fixture(scope="module")
-def tiny_url(tmp_path_factory):
-    "A tiny random Llama behind an AsyncLLM and the server in a thread; yields the base URL."
-    path = make_tiny_model(tmp_path_factory.mktemp("tiny") / "tiny")
-    with AsyncLLM(path, num_gpu_blocks=64, max_model_len=256, num_threads=1, seed=0) as async_llm, \
-         serve_in_thread(build_app(async_llm, "tiny")) as url:
-        yield url
-
-
 def value(out: str, name: str) -> str:
     return re.search(rf"^{re.escape(name)}\s+(\S+)", out, re.M)[1]
 
 
-def test_bench_serve_prints_vllm_result_block(tiny_url):
+def test_bench_serve_prints_vllm_result_block(tiny_server):
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
-        res = main(["bench", "serve", "--base-url", tiny_url, "--num-prompts", "4",
+        res = main(["bench", "serve", "--base-url", tiny_server.url, "--num-prompts", "4",
                     "--random-input-len", "8", "--random-output-len", "4", "--ignore-eos"])
     out = buf.getvalue()
     for line in LINES: assert line in out, line
@@ -41,9 +29,9 @@ def test_bench_serve_prints_vllm_result_block(tiny_url):
     assert res["ttft_ms"]["mean"] > 0 and res["tpot_ms"]["median"] > 0 and res["itl_ms"]["p99"] > 0
 
 
-def test_bench_serve_poisson_rate_and_flags(tiny_url):
+def test_bench_serve_poisson_rate_and_flags(tiny_server):
     "A finite --request-rate, --host/--port instead of --base-url, and an explicit --model."
-    host, port = tiny_url.removeprefix("http://").split(":")
+    host, port = tiny_server.url.removeprefix("http://").split(":")
     with contextlib.redirect_stdout(io.StringIO()):
         res = main(["bench", "serve", "--host", host, "--port", port, "--model", "tiny",
                     "--num-prompts", "3", "--random-input-len", "5", "--random-output-len", "3",

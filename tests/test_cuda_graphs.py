@@ -17,15 +17,9 @@ from minivllm.compilation.cuda_graph import (CUDAGraphWrapper, cudagraph_capture
 from minivllm.model_executor.model_loader import load_model
 from minivllm.model_executor.models.llama import make_kv_caches
 from minivllm.testing.sync import NoScalarReads
-from minivllm.testing.tiny_models import make_tiny_model
 
 CUDA = torch.cuda.is_available()
 BLOCK = 16
-
-
-@pytest.fixture(scope="module")
-def tiny_path(tmp_path_factory):
-    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "qwen3", "Qwen3ForCausalLM")
 
 
 # ---------------------------------------------------------------- capture sizes and padding rule
@@ -91,9 +85,9 @@ def test_graphs_need_cuda():
 
 
 # ---------------------------------------------------------------- padded == unpadded, through the model
-def _prefilled(tiny_path, backend, device, ctx_lens):
+def _prefilled(tiny_qwen3_path, backend, device, ctx_lens):
     "A tiny model whose KV cache holds `ctx_lens` tokens of random context for each request."
-    model = load_model(tiny_path, dtype="float32", device=device, attn_backend=backend)
+    model = load_model(tiny_qwen3_path, dtype="float32", device=device, attn_backend=backend)
     num_layers, num_kv_heads, head_dim, dtype = model.kv_cache_spec()
     nblk = [-(-(c + 1) // BLOCK) for c in ctx_lens]
     caches = make_kv_caches(num_layers, num_kv_heads, head_dim, dtype, sum(nblk) + 2, BLOCK, device)
@@ -110,10 +104,10 @@ def _prefilled(tiny_path, backend, device, ctx_lens):
 
 @pytest.mark.parametrize("backend,ctx_lens", [("torch", [5, 40, 17]), ("torch", [1, 16, 33, 2, 70]),
                                                ("triton", [5, 40, 17])])
-def test_padded_decode_equals_unpadded(tiny_path, backend, ctx_lens):
+def test_padded_decode_equals_unpadded(tiny_qwen3_path, backend, ctx_lens):
     "The wrapper's padded step gives the same hidden states and writes the same KV as the plain step."
     device = "cuda" if CUDA and backend == "triton" else "cpu"
-    model, tables = _prefilled(tiny_path, backend, device, ctx_lens)
+    model, tables = _prefilled(tiny_qwen3_path, backend, device, ctx_lens)
     n = len(ctx_lens)
     before = [c.clone() for c in model.kv_caches]
     positions, md = make_attn_metadata(tables, ctx_lens, [1] * n, BLOCK, device)
@@ -134,10 +128,10 @@ def test_padded_decode_equals_unpadded(tiny_path, backend, ctx_lens):
         assert set((blk * BLOCK + off).tolist()) <= real_slots                 # padding wrote no KV
 
 
-def test_padded_decode_reads_no_host_values(tiny_path):
+def test_padded_decode_reads_no_host_values(tiny_qwen3_path):
     "What a graph would replay must decide nothing on the host: no tensor value is read into Python."
     device = "cuda" if CUDA else "cpu"
-    model, tables = _prefilled(tiny_path, "triton", device, [5, 40, 17])
+    model, tables = _prefilled(tiny_qwen3_path, "triton", device, [5, 40, 17])
     w = CUDAGraphWrapper(model, max_num_seqs=8, max_num_blocks_per_req=8, device=device, use_graphs=False)
     positions, md = make_attn_metadata(tables, [5, 40, 17], [1, 1, 1], BLOCK, device)
     with torch.no_grad(), NoScalarReads():
@@ -145,8 +139,8 @@ def test_padded_decode_reads_no_host_values(tiny_path):
     assert w.stats["padded_eager"] == 1
 
 
-def test_other_steps_run_eagerly(tiny_path):
-    model, tables = _prefilled(tiny_path, "torch", "cpu", [5, 9, 3])
+def test_other_steps_run_eagerly(tiny_qwen3_path):
+    model, tables = _prefilled(tiny_qwen3_path, "torch", "cpu", [5, 9, 3])
     w = CUDAGraphWrapper(model, max_num_seqs=2, max_num_blocks_per_req=8, device="cpu")
     assert w.capture_sizes == [1, 2]
     with torch.no_grad():
@@ -158,8 +152,8 @@ def test_other_steps_run_eagerly(tiny_path):
     assert dict(w.stats) == {"eager": 2}
 
 
-def test_wrapper_delegates_to_model(tiny_path):
-    model = load_model(tiny_path, dtype="float32", device="cpu", attn_backend="torch")
+def test_wrapper_delegates_to_model(tiny_qwen3_path):
+    model = load_model(tiny_qwen3_path, dtype="float32", device="cpu", attn_backend="torch")
     w = CUDAGraphWrapper(model, max_num_seqs=4, max_num_blocks_per_req=4, device="cpu")
     assert w.config is model.config and w.kv_cache_spec() == model.kv_cache_spec()
     caches = make_kv_caches(*model.kv_cache_spec(), 8, BLOCK)
@@ -174,11 +168,11 @@ def test_wrapper_delegates_to_model(tiny_path):
 PROMPTS = [[(7 * i + j) % 250 + 3 for j in range(5 + 3 * i)] for i in range(7)]
 
 
-def _generate(tiny_path, wrap, backend, max_tokens):
+def _generate(tiny_qwen3_path, wrap, backend, max_tokens):
     from minivllm.entrypoints.llm import LLM
     from minivllm.sampling_params import SamplingParams
     device = "cuda" if CUDA else "cpu"
-    llm = LLM(tiny_path, device=device, dtype="float32", num_gpu_blocks=64, max_num_seqs=8,
+    llm = LLM(tiny_qwen3_path, device=device, dtype="float32", num_gpu_blocks=64, max_num_seqs=8,
               attention_backend=backend, enforce_eager=not wrap)     # on CUDA, LLM captures the graphs
     runner = llm.engine_core.model_executor
     if wrap and not CUDA:                                          # on a CPU, wrap by hand: padded eager
@@ -191,11 +185,11 @@ def _generate(tiny_path, wrap, backend, max_tokens):
 
 
 @pytest.mark.parametrize("backend,max_tokens", [("torch", (4, 8, 12, 12, 8, 12, 6)), ("triton", (2, 4, 3))])
-def test_generate_with_wrapper_equals_plain(tiny_path, backend, max_tokens):
+def test_generate_with_wrapper_equals_plain(tiny_qwen3_path, backend, max_tokens):
     "Greedy tokens are identical when every decode step is padded (batch 7->8, 5->8, 3->4, ...)."
     if backend == "torch" and CUDA: pytest.skip("CUDA runs the triton backend")
-    plain, _ = _generate(tiny_path, False, backend, max_tokens)
-    padded, w = _generate(tiny_path, True, backend, max_tokens)
+    plain, _ = _generate(tiny_qwen3_path, False, backend, max_tokens)
+    padded, w = _generate(tiny_qwen3_path, True, backend, max_tokens)
     assert padded == plain
     decode_steps = max(max_tokens) - 1                       # one prefill step, then decodes only
     assert w.stats["replay" if CUDA else "padded_eager"] == decode_steps and w.stats["eager"] == 1
@@ -203,8 +197,8 @@ def test_generate_with_wrapper_equals_plain(tiny_path, backend, max_tokens):
 
 # ---------------------------------------------------------------- CUDA only: capture and replay
 @pytest.mark.skipif(not CUDA, reason="needs CUDA")
-def test_replay_equals_eager_and_reuses_buffers(tiny_path):
-    model, tables = _prefilled(tiny_path, "triton", "cuda", [5, 40, 17, 64, 3])
+def test_replay_equals_eager_and_reuses_buffers(tiny_qwen3_path):
+    model, tables = _prefilled(tiny_qwen3_path, "triton", "cuda", [5, 40, 17, 64, 3])
     w = CUDAGraphWrapper(model, max_num_seqs=8, max_num_blocks_per_req=8, device="cuda").capture()
     assert sorted(w.graphs) == [1, 2, 4, 8]
     before = [c.clone() for c in model.kv_caches]
@@ -223,10 +217,10 @@ def test_replay_equals_eager_and_reuses_buffers(tiny_path):
 
 
 @pytest.mark.skipif(not CUDA, reason="needs CUDA")
-def test_capture_refuses_torch_backend_and_unbound_caches(tiny_path):
-    model = load_model(tiny_path, dtype="float32", device="cuda", attn_backend="triton")
+def test_capture_refuses_torch_backend_and_unbound_caches(tiny_qwen3_path):
+    model = load_model(tiny_qwen3_path, dtype="float32", device="cuda", attn_backend="triton")
     with pytest.raises(RuntimeError, match="KV caches"):
         CUDAGraphWrapper(model, max_num_seqs=2, max_num_blocks_per_req=4, device="cuda").capture()
-    model, _ = _prefilled(tiny_path, "torch", "cuda", [3])
+    model, _ = _prefilled(tiny_qwen3_path, "torch", "cuda", [3])
     with pytest.raises(ValueError, match="triton"):
         CUDAGraphWrapper(model, max_num_seqs=2, max_num_blocks_per_req=4, device="cuda").capture()

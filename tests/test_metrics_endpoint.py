@@ -4,7 +4,6 @@ import httpx, pytest, torch
 from prometheus_client.parser import text_string_to_metric_families
 from minivllm.engine.async_llm import AsyncLLM
 from minivllm.entrypoints.openai.api_server import build_app, serve_in_thread
-from minivllm.testing.tiny_models import make_tiny_model
 
 torch.set_num_threads(1)
 # vLLM 0.33's metric names and types (vllm/v1/metrics/loggers.py); the parser drops a counter's `_total`
@@ -18,12 +17,11 @@ VLLM_METRICS = {"vllm:num_requests_running": "gauge", "vllm:num_requests_waiting
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    "A fresh engine: its counters start at zero."
-    path = make_tiny_model(tmp_path_factory.mktemp("tiny") / "tiny")
-    with AsyncLLM(path, num_threads=1, num_gpu_blocks=64, max_model_len=256, block_size=16, seed=0) as async_llm, \
-         serve_in_thread(build_app(async_llm, "tiny")) as url:
-        yield async_llm, url
+def fresh_tiny_server(serve_tiny, tiny_llama_path):
+    "A fresh engine of its own (not the shared `tiny_server`): its counters start at zero."
+    with serve_tiny(tiny_llama_path, "tiny", num_gpu_blocks=64, max_model_len=256, block_size=16,
+                    seed=0) as server:
+        yield server
 
 
 def scrape(url) -> dict:
@@ -37,8 +35,8 @@ def sample(families, name, suffix="", **labels):
                 if s.name == name + suffix and all(s.labels.get(k) == v for k, v in labels.items()))
 
 
-def test_metrics_have_vllms_names_and_count_the_engines_tokens(tiny):
-    async_llm, url = tiny
+def test_metrics_have_vllms_names_and_count_the_engines_tokens(fresh_tiny_server):
+    url = fresh_tiny_server.url
     before = scrape(url)
     assert {name: before[name].type for name in VLLM_METRICS} == VLLM_METRICS
     assert sample(before, "vllm:generation_tokens", "_total") == 0

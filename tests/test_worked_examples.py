@@ -5,7 +5,6 @@ import pytest
 from minivllm.testing.worked_examples import (e1_workload, e3_workload, e5_workload, e6_workload,
     e6_variant_workload, example_request, example_workload, fit_to_vocab, llms_for,
     replay_on_engine, schedule_difference, worked_example_workloads, worked_examples_on_engine)
-from minivllm.testing.tiny_models import make_tiny_model
 from minivllm.testing.timeline import record_workload, workload_arrivals
 
 
@@ -38,15 +37,14 @@ def test_schedule_difference_names_the_first_difference():
 
 
 @pytest.fixture(scope="module")
-def tiny_llms(tmp_path_factory):
-    "One tiny random Llama `LLM` sized for every CPU-sized example."
-    path = make_tiny_model(tmp_path_factory.mktemp("tiny") / "llama", arch="LlamaForCausalLM", seed=0,
-                           vocab_size=1024)     # room for E5's 275 distinct prompt ids
-    return llms_for(worked_example_workloads(full=False).values(), model=path)
+def tiny_llms_by_block_size(tiny_llama_1k_vocab_path):
+    """This file's own `LLM`s over the 1024-token Llama (room for E5's 275 distinct prompt ids), one
+    per block size, each sized for every CPU-sized example of that block size."""
+    return llms_for(worked_example_workloads(full=False).values(), model=tiny_llama_1k_vocab_path)
 
 
-def test_every_example_through_a_tiny_llm_has_the_model_free_schedule(tiny_llms):
-    results = worked_examples_on_engine(llms=tiny_llms)
+def test_every_example_through_a_tiny_llm_has_the_model_free_schedule(tiny_llms_by_block_size):
+    results = worked_examples_on_engine(llms=tiny_llms_by_block_size)
     assert set(results) == set(worked_example_workloads(full=False))
     for name, r in results.items():
         assert r["equal"], (name, r["difference"])
@@ -55,8 +53,8 @@ def test_every_example_through_a_tiny_llm_has_the_model_free_schedule(tiny_llms)
         assert sampled and max(sampled) < 1024     # the tiny model's vocabulary: it ran
 
 
-def test_replay_refuses_what_the_llm_cannot_run(tiny_llms):
-    llm = tiny_llms[4]
+def test_replay_refuses_what_the_llm_cannot_run(tiny_llms_by_block_size):
+    llm = tiny_llms_by_block_size[4]
     with pytest.raises(ValueError, match="block_size"): replay_on_engine(e5_workload(full=True), llm)
     big = example_workload("big", [example_request("A", 3)], num_blocks=100_000)
     with pytest.raises(ValueError, match="num_gpu_blocks"): replay_on_engine(big, llm)
