@@ -9,7 +9,7 @@ from functools import cached_property
 from fastcore.basics import patch
 from .request import Request, RequestStatus
 from .core.sched.output import SchedulerOutput, EngineCoreOutputs
-from .viz.block_pool import PoolSnapshot, snapshot_block_pool
+from .core.block_pool import PoolSnapshot, snapshot_block_pool
 from .core.sched.scheduler import Scheduler
 
 # %% auto #0

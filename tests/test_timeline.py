@@ -17,7 +17,8 @@ from minivllm.testing.timeline import run_with_recorder, record_workload
 from minivllm.timeline import TimelineRecorder, attach_timeline, device_label
 from minivllm.viz.timeline import (plot_timeline, plot_kv_cache, plot_pool_at, plot_block_table,
     step_batch_inputs, plot_prepare_inputs)
-from minivllm.viz.block_pool import PoolSnapshot, plot_block_pool
+from minivllm.core.block_pool import PoolSnapshot
+from minivllm.viz.block_pool import plot_block_pool
 from minivllm.viz.scheduler import plot_grants
 from minivllm.viz.step_viewer import step_viewer
 from minivllm.viz.style import MIN_TEXT_PX, PAGE_WIDTH_PX, png_width, smallest_text_px

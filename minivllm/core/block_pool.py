@@ -5,12 +5,13 @@
 # %% ../../nbs/02_block_pool.ipynb #7801d752
 from __future__ import annotations
 import hashlib, pickle
+from dataclasses import dataclass
 from collections.abc import Callable, Iterable, Iterator
 from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['NONE_HASH', 'hash_block_tokens', 'get_request_block_hasher', 'KVCacheBlock', 'FreeKVCacheBlockQueue',
-           'BlockHashToBlockMap', 'BlockPool']
+           'BlockHashToBlockMap', 'BlockPool', 'PoolSnapshot', 'snapshot_block_pool']
 
 # %% ../../nbs/02_block_pool.ipynb #23e7417c
 NONE_HASH: bytes = hashlib.sha256(b"minivllm NONE_HASH").digest()
@@ -262,3 +263,18 @@ def reset_prefix_cache(self: BlockPool) -> bool:
     self.cached_block_hash_to_block = BlockHashToBlockMap()
     for block in self.blocks: block.reset_hash()
     return True
+
+# %% ../../nbs/02_block_pool.ipynb #0325c8b8
+@dataclass
+class PoolSnapshot:
+    "A copy of a `BlockPool`'s state for pictures: ref counts, hashed flags, free-queue order."
+    label: str
+    ref_cnts: list[int]
+    hashed: list[bool]
+    free_queue: list[int]
+
+def snapshot_block_pool(pool: BlockPool, label: str = "") -> PoolSnapshot:
+    "Copy `pool`'s per-block state and free-queue order."
+    return PoolSnapshot(label, [b.ref_cnt for b in pool.blocks],
+                        [b.block_hash is not None for b in pool.blocks],
+                        [b.block_id for b in pool.free_block_queue.get_all_free_blocks()])

@@ -1,9 +1,10 @@
 """Paged KV memory as a pool of fixed-size blocks: chained block hashes, an intrusive free queue that doubles as the LRU eviction order, and the `BlockPool` that hands blocks out, takes them back and remembers what they hold."""
 from __future__ import annotations
 import hashlib, pickle
+from dataclasses import dataclass
 from collections.abc import Callable, Iterable, Iterator
 from fastcore.basics import patch
-__all__ = ['NONE_HASH', 'hash_block_tokens', 'get_request_block_hasher', 'KVCacheBlock', 'FreeKVCacheBlockQueue', 'BlockHashToBlockMap', 'BlockPool']
+__all__ = ['NONE_HASH', 'hash_block_tokens', 'get_request_block_hasher', 'KVCacheBlock', 'FreeKVCacheBlockQueue', 'BlockHashToBlockMap', 'BlockPool', 'PoolSnapshot', 'snapshot_block_pool']
 NONE_HASH: bytes = hashlib.sha256(b'minivllm NONE_HASH').digest()
 
 def _sha256_pickle(obj) -> bytes:
@@ -153,3 +154,15 @@ class BlockPool:
     def reset_prefix_cache(self: BlockPool) -> bool:
         """Forget all cached content if no request holds a block; True on success."""
         ...
+
+@dataclass
+class PoolSnapshot:
+    """A copy of a `BlockPool`'s state for pictures: ref counts, hashed flags, free-queue order."""
+    label: str
+    ref_cnts: list[int]
+    hashed: list[bool]
+    free_queue: list[int]
+
+def snapshot_block_pool(pool: BlockPool, label: str='') -> PoolSnapshot:
+    """Copy `pool`'s per-block state and free-queue order."""
+    ...

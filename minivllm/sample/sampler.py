@@ -11,8 +11,10 @@ import torch
 from torch import nn
 from fastcore.basics import patch
 
+from typing import TYPE_CHECKING
 from ..sampling_params import SamplingParams
-from ..worker.gpu_input_batch import InputBatch, to_device
+from ..utils.torch_utils import to_device
+if TYPE_CHECKING: from minivllm.worker.gpu_input_batch import InputBatch   # annotations only
 from ..core.sched.output import LogprobsLists
 
 # %% auto #0

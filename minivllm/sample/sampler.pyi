@@ -5,8 +5,11 @@ import numpy as np
 import torch
 from torch import nn
 from fastcore.basics import patch
+from typing import TYPE_CHECKING
 from ..sampling_params import SamplingParams
-from ..worker.gpu_input_batch import InputBatch, to_device
+from ..utils.torch_utils import to_device
+if TYPE_CHECKING:
+    from minivllm.worker.gpu_input_batch import InputBatch
 from ..core.sched.output import LogprobsLists
 __all__ = ['SamplingMetadata', 'make_sampling_metadata', 'apply_min_tokens', 'logits_processor_rows', 'apply_allowed_token_ids', 'apply_bad_words', 'apply_logit_bias', 'apply_penalties', 'apply_min_p', 'apply_top_k_top_p', 'random_sample', 'LogprobsTensors', 'gather_logprobs', 'SamplerOutput', 'Sampler']
 _GREEDY_EPS = 1e-05

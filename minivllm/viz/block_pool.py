@@ -2,27 +2,11 @@
 
 # %% ../../nbs/02_block_pool.ipynb #20f76c0b
 from __future__ import annotations
-from dataclasses import dataclass
-from ..core.block_pool import BlockPool
+from ..core.block_pool import PoolSnapshot
 from .style import styled
 
 # %% auto #0
-__all__ = ['BLOCKS_PER_LINE', 'PoolSnapshot', 'snapshot_block_pool', 'plot_block_pool']
-
-# %% ../../nbs/02_block_pool.ipynb #0325c8b8
-@dataclass
-class PoolSnapshot:
-    "A copy of a `BlockPool`'s state for pictures: ref counts, hashed flags, free-queue order."
-    label: str
-    ref_cnts: list[int]
-    hashed: list[bool]
-    free_queue: list[int]
-
-def snapshot_block_pool(pool: BlockPool, label: str = "") -> PoolSnapshot:
-    "Copy `pool`'s per-block state and free-queue order."
-    return PoolSnapshot(label, [b.ref_cnt for b in pool.blocks],
-                        [b.block_hash is not None for b in pool.blocks],
-                        [b.block_id for b in pool.free_block_queue.get_all_free_blocks()])
+__all__ = ['BLOCKS_PER_LINE', 'plot_block_pool']
 
 # %% ../../nbs/02_block_pool.ipynb #97b1591a
 _POOL_COLORS = {"null": "#bbbbbb", "held": "#8fb8de", "cached": "#f5b971", "empty": "#ffffff"}

@@ -13,11 +13,12 @@ import torch
 from fastcore.basics import patch
 
 from ..sampling_params import SamplingParams
+from ..utils.torch_utils import to_device
 from .block_table import BlockTable
 
 # %% auto #0
-__all__ = ['CachedRequestState', 'make_generator', 'to_device', 'InputBatch', 'update_states', 'cumsum_and_arange',
-           'compute_positions', 'BatchInputs', 'prepare_inputs', 'bookkeeping_sync']
+__all__ = ['CachedRequestState', 'make_generator', 'InputBatch', 'update_states', 'cumsum_and_arange', 'compute_positions',
+           'BatchInputs', 'prepare_inputs', 'bookkeeping_sync']
 
 # %% ../../nbs/10_input_batch.ipynb #a7dc9e22
 @dataclass
@@ -43,15 +44,6 @@ def make_generator(sampling_params: SamplingParams | None, device="cpu") -> torc
     if sp is None or sp.seed is None or sp.temperature < 1e-5:
         return None
     return torch.Generator(device=device).manual_seed(sampling_params.seed)
-
-# %% ../../nbs/10_input_batch.ipynb #4a7d7be0
-def to_device(a: np.ndarray, device, dtype: torch.dtype | None = None) -> torch.Tensor:
-    "`a` as a tensor on `device`: through pinned memory with a non-blocking copy on CUDA."
-    t = torch.from_numpy(np.ascontiguousarray(a))
-    if dtype is not None and t.dtype != dtype: t = t.to(dtype)
-    device = torch.device(device)
-    if device.type != "cuda": return t.to(device)
-    return t.pin_memory().to(device, non_blocking=True)
 
 # %% ../../nbs/10_input_batch.ipynb #8602781b
 class InputBatch:

@@ -7,8 +7,9 @@ import numpy as np
 import torch
 from fastcore.basics import patch
 from ..sampling_params import SamplingParams
+from ..utils.torch_utils import to_device
 from .block_table import BlockTable
-__all__ = ['CachedRequestState', 'make_generator', 'to_device', 'InputBatch', 'update_states', 'cumsum_and_arange', 'compute_positions', 'BatchInputs', 'prepare_inputs', 'bookkeeping_sync']
+__all__ = ['CachedRequestState', 'make_generator', 'InputBatch', 'update_states', 'cumsum_and_arange', 'compute_positions', 'BatchInputs', 'prepare_inputs', 'bookkeeping_sync']
 
 @dataclass
 class CachedRequestState:
@@ -28,10 +29,6 @@ class CachedRequestState:
 
 def make_generator(sampling_params: SamplingParams | None, device='cpu') -> torch.Generator | None:
     """A generator seeded with `sampling_params.seed` for seeded random sampling, else None."""
-    ...
-
-def to_device(a: np.ndarray, device, dtype: torch.dtype | None=None) -> torch.Tensor:
-    """`a` as a tensor on `device`: through pinned memory with a non-blocking copy on CUDA."""
     ...
 
 class InputBatch:

@@ -11,7 +11,8 @@ from fastcore.basics import patch
 from ..attention.backends.triton_attn import AttentionMetadata
 from .utils import to_attn_metadata
 from .gpu_input_batch import (CachedRequestState, InputBatch, BatchInputs,
-    update_states, prepare_inputs, bookkeeping_sync, to_device)
+    update_states, prepare_inputs, bookkeeping_sync)
+from ..utils.torch_utils import to_device
 from ..core.sched.output import LogprobsLists, ModelRunnerOutput, EMPTY_MODEL_RUNNER_OUTPUT
 from ..sample.sampler import Sampler, gather_logprobs, make_sampling_metadata
 

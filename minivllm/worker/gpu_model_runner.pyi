@@ -6,7 +6,8 @@ import torch
 from fastcore.basics import patch
 from ..attention.backends.triton_attn import AttentionMetadata
 from .utils import to_attn_metadata
-from .gpu_input_batch import CachedRequestState, InputBatch, BatchInputs, update_states, prepare_inputs, bookkeeping_sync, to_device
+from .gpu_input_batch import CachedRequestState, InputBatch, BatchInputs, update_states, prepare_inputs, bookkeeping_sync
+from ..utils.torch_utils import to_device
 from ..core.sched.output import LogprobsLists, ModelRunnerOutput, EMPTY_MODEL_RUNNER_OUTPUT
 from ..sample.sampler import Sampler, gather_logprobs, make_sampling_metadata
 __all__ = ['PROMPT_LOGPROBS_CHUNK', 'ModelRunner', 'PromptLogprobsRow', 'to_host']

@@ -6,7 +6,8 @@ import numpy as np
 import torch
 from ..attention.backends.triton_attn import AttentionMetadata
 from .block_table import BlockTable
-from .gpu_input_batch import compute_positions, to_device
+from ..utils.torch_utils import to_device
+from .gpu_input_batch import compute_positions
 
 def to_attn_metadata(query_start_loc, seq_lens, block_table, slot_mapping,
                      device="cpu") -> AttentionMetadata:
