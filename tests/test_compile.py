@@ -18,15 +18,8 @@ from minivllm.model_executor.models.llama import (Linear, compile_and_warm_up, m
 from minivllm.forward_context import get_forward_context, set_forward_context
 from minivllm.model_executor.model_loader import load_model
 from minivllm.sampling_params import SamplingParams
-from minivllm.testing.tiny_models import make_tiny_model
 
 ARCHS = ["LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"]
-
-
-@pytest.fixture(scope="module")
-def tiny_dirs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("tiny_compile")
-    return {arch: make_tiny_model(root / arch, arch=arch, seed=10 + i) for i, arch in enumerate(ARCHS)}
 
 
 @pytest.mark.parametrize("rows", [1, 3, 64])
@@ -50,8 +43,8 @@ def test_linear_keeps_nn_linear_parameters_and_other_dtypes():
                                F.linear(x, layer.weight.double(), layer.bias.double()))
 
 
-def test_attention_needs_a_forward_context(tiny_dirs):
-    model = load_model(tiny_dirs["LlamaForCausalLM"])
+def test_attention_needs_a_forward_context(tiny_llama_path):
+    model = load_model(tiny_llama_path)
     with pytest.raises(RuntimeError, match="no forward context"): get_forward_context()
     attn = model.model.layers[0].self_attn
     positions = torch.tensor([0])
@@ -72,10 +65,10 @@ def prompts(lengths, seed):
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-def test_compiled_engine_equals_eager_without_recompiling(tiny_dirs, arch):
+def test_compiled_engine_equals_eager_without_recompiling(tiny_paths_by_arch, arch):
     """Greedy tokens of the default (compiled) engine equal enforce_eager's, for a batch and a single stream,
     chunked prefills and prefix hits included, and the graphs compiled at start-up serve every step."""
-    d, greedy = tiny_dirs[arch], SamplingParams(temperature=0, max_tokens=12)
+    d, greedy = tiny_paths_by_arch[arch], SamplingParams(temperature=0, max_tokens=12)
     batch = prompts([5, 40, 17, 1, 33], seed=1) + [prompts([40], seed=1)[0][:20]]   # shares a prefix
     single = prompts([9], seed=2)
     eager = LLM(d, num_gpu_blocks=64, max_num_batched_tokens=32, enforce_eager=True)
@@ -89,12 +82,12 @@ def test_compiled_engine_equals_eager_without_recompiling(tiny_dirs, arch):
     assert got_single == want[-1]
 
 
-def test_failed_compile_warns_and_runs_eagerly(tiny_dirs, monkeypatch):
+def test_failed_compile_warns_and_runs_eagerly(tiny_llama_path, monkeypatch):
     "Without a working compiler (here: a torch.compile whose result raises) the model stays eager and correct."
-    model = load_model(tiny_dirs["LlamaForCausalLM"])
+    model = load_model(tiny_llama_path)
     model.bind_kv_caches(make_kv_caches(*model.kv_cache_spec(), 4, 16))
     with pytest.raises(RuntimeError, match="bind the KV caches"): compile_and_warm_up(load_model(
-        tiny_dirs["LlamaForCausalLM"]))
+        tiny_llama_path))
 
     def broken_compile(fn, **kwargs):
         def run(*args, **kw): raise OSError("no C++ compiler")
@@ -109,7 +102,7 @@ def test_failed_compile_warns_and_runs_eagerly(tiny_dirs, monkeypatch):
         assert model(torch.tensor([5, 6, 7]), positions, md).shape == (3, model.config.hidden_size)
 
 
-def test_only_float32_is_compiled_on_cpu(tiny_dirs):
+def test_only_float32_is_compiled_on_cpu(tiny_llama_path):
     "bfloat16 on a CPU runs eagerly (a compiled graph would keep float32 intermediates and change tokens)."
-    llm = LLM(tiny_dirs["LlamaForCausalLM"], dtype="bfloat16", num_gpu_blocks=16)
+    llm = LLM(tiny_llama_path, dtype="bfloat16", num_gpu_blocks=16)
     assert "forward" not in vars(llm.model.model) and "compute_logits" not in vars(llm.model)

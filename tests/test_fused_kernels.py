@@ -23,7 +23,7 @@ from minivllm.model_executor.models.llama import (
     rope_triton,
 )
 from minivllm.testing.op_count import ops_per_layer
-from minivllm.testing.tiny_models import TINY_CONFIG, make_tiny_model
+from minivllm.testing.tiny_models import TINY_CONFIG
 
 CUDA = torch.cuda.is_available()
 DEV = "cuda" if CUDA else "cpu"
@@ -38,15 +38,6 @@ def close(got, want, dtype):
     torch.testing.assert_close(
         got.float().cpu(), want.float().cpu(), atol=TOL[dtype] * scale, rtol=TOL[dtype]
     )
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    root = tmp_path_factory.mktemp("fused")
-    return {
-        arch: make_tiny_model(root / arch, arch=arch, seed=i)
-        for i, arch in enumerate(("LlamaForCausalLM", "Qwen3ForCausalLM"))
-    }
 
 
 # ---------------------------------------------------------------- RMSNorm
@@ -139,9 +130,9 @@ def set_fused(model, on):
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("arch", ["LlamaForCausalLM", "Qwen3ForCausalLM"])
-def test_decode_step_dispatches_at_most_15_ops_per_layer(tiny, arch, dtype):
+def test_decode_step_dispatches_at_most_15_ops_per_layer(tiny_paths_by_arch, arch, dtype):
     "On the triton path a decoder layer of a decode step is at most 15 ops (aten ops + launches)."
-    model = load_model(tiny[arch], dtype=dtype, attn_backend="triton", device=DEV)
+    model = load_model(tiny_paths_by_arch[arch], dtype=dtype, attn_backend="triton", device=DEV)
     assert model.model.use_triton and model.model.layers[0].input_layernorm.use_triton
     counts = ops_per_layer(model, *decode_step(model))
     assert len(counts) == TINY_CONFIG["num_hidden_layers"]
@@ -153,17 +144,17 @@ def test_decode_step_dispatches_at_most_15_ops_per_layer(tiny, arch, dtype):
     assert min(sum(c.values()) for c in ops_per_layer(model, *decode_step(model))) > 25
 
 
-def test_torch_backend_keeps_the_torch_path(tiny):
-    model = load_model(tiny["Qwen3ForCausalLM"], attn_backend="torch")
+def test_torch_backend_keeps_the_torch_path(tiny_qwen3_path):
+    model = load_model(tiny_qwen3_path, attn_backend="torch")
     assert not any(getattr(m, "use_triton", False) for m in model.modules())
 
 
 @pytest.mark.parametrize("arch", ["LlamaForCausalLM", "Qwen3ForCausalLM"])
-def test_fused_triton_model_matches_torch_backend(tiny, arch):
+def test_fused_triton_model_matches_torch_backend(tiny_paths_by_arch, arch):
     "Prefill and decode logits, fp32, through the fused kernels and Triton attention = torch's."
     outs = []
     for backend in ("torch", "triton"):
-        model = load_model(tiny[arch], attn_backend=backend, device=DEV)
+        model = load_model(tiny_paths_by_arch[arch], attn_backend=backend, device=DEV)
         model.bind_kv_caches(make_kv_caches(*model.kv_cache_spec(), 12, 16, device=DEV))
         ids = torch.randint(0, 256, (25,), generator=torch.Generator().manual_seed(1))
         logits = []
