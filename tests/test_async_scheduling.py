@@ -232,3 +232,41 @@ def test_delayed_frees_return_every_block():
     crowded_run(s, UniProcExecutor(SlowWorker(block_size=4)))
     assert not s.deferred_frees and s.processed_step_seq == s.sched_step_seq
     assert s.kv_cache_manager.block_pool.get_num_free_blocks() == 14
+
+
+# ---------------------------------------------------------------- the front ends use the batch queue
+def test_llm_with_async_scheduling_overlaps_and_matches(tiny_llama_path, reference):
+    from minivllm.entrypoints.llm import LLM
+    reqs, expected = reference
+    llm = LLM(tiny_llama_path, device="cpu", enforce_eager=True, num_threads=1, max_model_len=128,
+              num_gpu_blocks=200, async_scheduling=True)
+    core, queued = llm.engine_core, []
+    step_with_batch_queue = core.step_with_batch_queue
+    def watched():
+        out = step_with_batch_queue()
+        queued.append(len(core.batch_queue))
+        return out
+    core.step_fn = watched
+    outs = llm.generate([p for _, p, _ in reqs], [sp for _, _, sp in reqs], use_tqdm=False)
+    assert [list(o.outputs[0].token_ids) for o in outs] == [expected[rid][0] for rid, _, _ in reqs]
+    assert max(queued) == 1          # a step stayed in flight while the next one was scheduled
+    again = llm.generate([reqs[0][1]], reqs[0][2], use_tqdm=False)[0]   # a second call: clean
+    assert list(again.outputs[0].token_ids) == expected[reqs[0][0]][0]
+    core.shutdown()
+
+
+def test_async_llm_server_engine_with_async_scheduling(tiny_llama_path, reference):
+    import asyncio
+    from minivllm.engine.async_llm import AsyncLLM
+    reqs, expected = reference
+    engine = AsyncLLM(tiny_llama_path, device="cpu", enforce_eager=True, num_threads=1,
+                      max_model_len=128, num_gpu_blocks=200, async_scheduling=True)
+    async def one(i, prompt, sp):
+        return [o async for o in engine.generate(prompt, sp, request_id=f"q{i}")][-1]
+    async def all_of_them():
+        return await asyncio.gather(*(one(i, p, sp) for i, (_, p, sp) in enumerate(reqs)))
+    try:
+        finals = asyncio.run(all_of_them())
+        assert ([list(f.outputs[0].token_ids) for f in finals]
+                == [expected[rid][0] for rid, _, _ in reqs])
+    finally: engine.shutdown()

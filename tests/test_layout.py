@@ -21,11 +21,14 @@ VLLM_NAMESAKES = {
     "core/sched/output.py": "vllm/v1/core/sched/output.py",
     "core/sched/request_queue.py": "vllm/v1/core/sched/request_queue.py",
     "core/sched/scheduler.py": "vllm/v1/core/sched/scheduler.py",
+    "core/sched/async_scheduler.py": "vllm/v1/core/sched/async_scheduler.py",
+    "executor/uniproc_executor.py": "vllm/v1/executor/uniproc_executor.py",
     "worker/gpu_input_batch.py": "vllm/v1/worker/gpu_input_batch.py",
     "worker/block_table.py": "vllm/v1/worker/block_table.py",
     "worker/gpu_model_runner.py": "vllm/v1/worker/gpu_model_runner.py",
     "worker/utils.py": "vllm/v1/worker/utils.py",
     "sample/sampler.py": "vllm/v1/sample/sampler.py",
+    "utils/torch_utils.py": "vllm/utils/torch_utils.py",
     "attention/backends/triton_attn.py": "vllm/v1/attention/backends/triton_attn.py",
     "model_executor/models/llama.py": "vllm/model_executor/models/llama.py",
     "model_executor/model_loader.py": "vllm/model_executor/model_loader",
@@ -134,11 +137,10 @@ def test_editors_see_whole_classes():
 
 # Layers from the bottom up; a module may import its own layer and those below, never one above
 # (lazy imports inside functions count too).
-# The sampler sits with the worker (it reads the input batch), as metrics' stats sit with the
-# outputs (vLLM's `RequestOutput` carries them).
-LAYERS = [("request", "sampling_params", "config", "outputs", "core", "metrics.stats"),
-          ("attention", "forward_context"), ("model_executor",), ("worker", "sample"),
-          ("compilation",), ("engine", "metrics"), ("entrypoints", "benchmarks")]
+# Metrics' stats sit with the outputs (vLLM's `RequestOutput` carries them).
+LAYERS = [("utils",), ("request", "sampling_params", "config", "outputs", "core", "metrics.stats"),
+          ("attention", "forward_context"), ("model_executor", "sample"), ("worker",),
+          ("compilation",), ("executor",), ("engine", "metrics"), ("entrypoints", "benchmarks")]
 
 
 def layer_of(module: str) -> int | None:
@@ -150,10 +152,14 @@ def layer_of(module: str) -> int | None:
 
 
 def package_imports(path: Path) -> set[str]:
-    "minivllm modules a file imports (relative imports resolved), also inside functions."
+    """minivllm modules a file imports (relative imports resolved), also inside functions; not the
+    ones under `if TYPE_CHECKING:` (annotations only: nothing is loaded)."""
     package = path.relative_to(ROOT).with_suffix("").parts[:-1]
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    tree, found = ast.parse(path.read_text()), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            node.body = []
+    for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
             base = list(package[:len(package) - node.level + 1]) if node.level else []
             name = ".".join(base + ([node.module] if node.module else []))

@@ -171,7 +171,7 @@ def run_busy_loop(self: EngineCoreProc) -> None:
 @patch
 def _process_input_queue(self: EngineCoreProc) -> None:
     "Block while the scheduler has no work; then drain everything that already arrived."
-    while not self.shutdown_requested and not self.engine_core.scheduler.has_requests():
+    while not self.shutdown_requested and not self.engine_core.has_work():
         self._handle_client_request(*self.input_queue.get())
     while not self.input_queue.empty():
         self._handle_client_request(*self.input_queue.get_nowait())
@@ -181,9 +181,9 @@ MAX_FAILED_STEPS = 3   # this many failed steps in a row: the engine is broken, 
 @patch
 def _process_engine_step(self: EngineCoreProc) -> None:
     "One `EngineCore.step()`; its outputs go out. A failed step fails its new requests (only)."
-    if self.shutdown_requested or not self.engine_core.scheduler.has_requests(): return
+    if self.shutdown_requested or not self.engine_core.has_work(): return
     running_before = {r.request_id for r in self.engine_core.scheduler.running}
-    try: outputs, _ = self.engine_core.step()
+    try: outputs, _ = self.engine_core.step_fn()   # step, or the batch queue's (chapter 06)
     except Exception as e:
         self.num_failed_steps += 1
         if self.num_failed_steps >= MAX_FAILED_STEPS: raise   # run() reports it: engine dead
@@ -206,7 +206,8 @@ def _recover_from_failed_step(self: EngineCoreProc, running_before: set[str],
     for request in reversed(list(scheduler.running)):   # the rest start over, in their order
         scheduler.running.remove(request)
         scheduler._preempt_request(request)
-        input_batch = getattr(runner, "input_batch", None)
+        worker = getattr(runner, "driver_worker", runner)   # inside UniProcExecutor (chapter 06)
+        input_batch = getattr(worker, "input_batch", None)
         if input_batch is not None: input_batch.remove_request(request.request_id)
     scheduler.reset_prefix_cache()   # blocks of the failed step may be hashed but never written
     reason = f"the engine failed while running this request ({type(error).__name__}: {error})"
@@ -293,6 +294,7 @@ def run(self: EngineCoreProc) -> bool:
         self.shutdown_requested = True   # the input thread sees it within a poll, closes its socket
         for t in (input_thread, heartbeat_thread):
             if t is not None: t.join(2 * HEARTBEAT_INTERVAL_S)
+        if self.engine_core is not None: self.engine_core.shutdown()
         self.output_socket.close(linger=OUTPUT_LINGER_MS)
 
 # %% ../../nbs/24_async_llm.ipynb #91556d37

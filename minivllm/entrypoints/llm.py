@@ -162,7 +162,7 @@ def _run_engine(self: LLM, request_ids: list[str], use_tqdm: bool = True) -> lis
     with tqdm(**bar) as pbar:
         try:
             while self.engine_core.has_unfinished_requests():
-                outputs, _ = self.engine_core.step()
+                outputs, _ = self.engine_core.step_fn()   # step(), or chapter 06's batch queue
                 it = None if self.stat_logger is None else IterationStats()
                 processed = self.output_processor.process_outputs(outputs.outputs, it)
                 if it is not None: self.stat_logger.record(outputs.scheduler_stats, it)

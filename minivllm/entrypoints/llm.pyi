@@ -16,7 +16,8 @@ from ..metrics.stats import IterationStats
 from ..engine.core import build_engine_core, get_diff_sampling_param, load_tokenizer, resolve_model_path, try_get_generation_config
 from ..metrics.loggers import StatLogger
 from ..metrics.reader import Metric
-__all__ = ['PROMPT_FORMS', 'TIMELINE_MAX_RECORDS', 'parse_prompts', 'per_prompt', 'check_prompt', 'LLM', 'check_sampling_params', 'prepare_sampling_params', 'fan_out']
+from ..engine.input_processor import check_prompt, check_sampling_params, fan_out, prepare_sampling_params
+__all__ = ['PROMPT_FORMS', 'TIMELINE_MAX_RECORDS', 'parse_prompts', 'per_prompt', 'LLM']
 PROMPT_FORMS = "a string, a list of token ids, {'prompt': str} (TextPrompt), {'prompt_token_ids': [int, ...]} (TokensPrompt), or a list of these"
 
 def _is_token_ids(x) -> bool:
@@ -32,10 +33,6 @@ def parse_prompts(prompts) -> list[dict]:
 
 def per_prompt(value, n: int, name: str) -> list:
     """One value per prompt: repeat a single value, or check that a list has `n` entries."""
-    ...
-
-def check_prompt(tokenizer, prompt: str | list[int], vocab_size: int, max_model_len: int, name: str='the prompt') -> list[int]:
-    """Token ids of a text or id prompt, checked: non-empty, in the vocabulary, room for an output."""
     ...
 TIMELINE_MAX_RECORDS = 10000
 
@@ -84,18 +81,6 @@ class LLM:
     def chat(self: LLM, messages: list[dict] | list[list[dict]], sampling_params=None, *, use_tqdm: bool=True, add_generation_prompt: bool=True) -> list[RequestOutput]:
         """Generate the assistant's reply to one conversation or to each of a list of conversations."""
         ...
-
-def check_sampling_params(params, tokenizer, vocab_size: int, max_logprobs: int=20) -> None:
-    """What `SamplingParams` cannot check alone: a tokenizer, ids in the vocab, `max_logprobs`."""
-    ...
-
-def prepare_sampling_params(params: SamplingParams, prompt_len: int, max_model_len: int, tokenizer=None, generation_config: dict | None=None, eos_token_id: int | None=None) -> SamplingParams:
-    """A request's own copy of `params`, completed as vLLM's `InputProcessor` completes it."""
-    ...
-
-def fan_out(request_id: str, params: SamplingParams) -> list[tuple]:
-    """`(engine request id, params, parent, index)` of each engine request behind one user request."""
-    ...
 
 def _speed_postfix(pbar, prompt_tokens: int, output_tokens: int) -> str:
     """vLLM's progress-bar postfix: prompt and output tokens per second so far."""
