@@ -10,17 +10,9 @@ from minivllm.entrypoints.llm import LLM
 from minivllm.model_executor.model_loader import default_model_path
 from minivllm.sampling_params import SamplingParams
 
-from minivllm.testing.tiny_models import make_tiny_model
 
 GREEDY = SamplingParams(temperature=0, max_tokens=24)
 ARCHS = ["LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"]
-
-
-@pytest.fixture(scope="module")
-def tiny_dirs(tmp_path_factory):
-    "One tiny random checkpoint per architecture."
-    root = tmp_path_factory.mktemp("tiny")
-    return {arch: make_tiny_model(root / arch, arch=arch, seed=i) for i, arch in enumerate(ARCHS)}
 
 
 def random_prompts(lengths, seed=0, vocab_size=256, prefix=()):
@@ -70,10 +62,10 @@ def preemption_recorder(llm):
 # ---------------------------------------------------------------- equality with transformers
 
 @pytest.mark.parametrize("arch", ARCHS)
-def test_tiny_default_settings_equal_transformers(tiny_dirs, arch):
+def test_tiny_default_settings_equal_transformers(tiny_paths_by_arch, arch):
     prompts = random_prompts([3, 17, 40, 64, 9], seed=1)
-    llm = LLM(tiny_dirs[arch])  # every default, KV cache sized from the CPU memory budget
-    assert token_ids(llm.generate(prompts, GREEDY, use_tqdm=False)) == hf_greedy(tiny_dirs[arch], prompts, 24)
+    llm = LLM(tiny_paths_by_arch[arch])  # every default, KV cache sized from the CPU memory budget
+    assert token_ids(llm.generate(prompts, GREEDY, use_tqdm=False)) == hf_greedy(tiny_paths_by_arch[arch], prompts, 24)
 
 
 SETTINGS = {
@@ -89,8 +81,8 @@ SETTINGS = {
 
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("setting", SETTINGS)
-def test_tiny_scheduler_settings_equal_transformers(tiny_dirs, setting, arch):
-    d = tiny_dirs[arch]
+def test_tiny_scheduler_settings_equal_transformers(tiny_paths_by_arch, setting, arch):
+    d = tiny_paths_by_arch[arch]
     prompts = random_prompts([3, 17, 40, 64, 9], seed=2)
     llm = LLM(d, **{"num_gpu_blocks": 64, **SETTINGS[setting]})
     preempted, steps = preemption_recorder(llm), []
@@ -107,8 +99,8 @@ def test_tiny_scheduler_settings_equal_transformers(tiny_dirs, setting, arch):
 
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("caching", [True, False])
-def test_shared_prefixes_and_cached_tokens(tiny_dirs, caching, arch):
-    d = tiny_dirs[arch]
+def test_shared_prefixes_and_cached_tokens(tiny_paths_by_arch, caching, arch):
+    d = tiny_paths_by_arch[arch]
     prefix = random_prompts([40], seed=3)[0]
     prompts = random_prompts([5, 12, 1], seed=4, prefix=prefix)
     llm = LLM(d, num_gpu_blocks=64, enable_prefix_caching=caching)
@@ -119,8 +111,8 @@ def test_shared_prefixes_and_cached_tokens(tiny_dirs, caching, arch):
     assert full_blocks == 32 and again.num_cached_tokens == (full_blocks if caching else 0)
 
 
-def test_triton_backend_equals_torch_backend(tiny_dirs):
-    d = tiny_dirs["LlamaForCausalLM"]
+def test_triton_backend_equals_torch_backend(tiny_llama_path):
+    d = tiny_llama_path
     prompts, sp = random_prompts([5, 20], seed=5), SamplingParams(temperature=0, max_tokens=6)
     triton_out = LLM(d, num_gpu_blocks=16, attention_backend="triton").generate(prompts, sp, use_tqdm=False)
     assert token_ids(triton_out) == hf_greedy(d, prompts, 6)
@@ -145,10 +137,10 @@ def test_smollm2_chat_answers():
     assert "Paris" in out.outputs[0].text and out.prompt.startswith("<|im_start|>")
 
 
-def test_llm_timeline_records_the_generation(tiny_dirs):
+def test_llm_timeline_records_the_generation(tiny_llama_path):
     "Every `LLM` has a `TimelineRecorder` from the start; its records add up to what `generate` returned."
     from minivllm.timeline import TimelineRecorder, attach_timeline
-    llm = LLM(tiny_dirs["LlamaForCausalLM"], num_gpu_blocks=32, max_num_batched_tokens=8, max_num_seqs=4)
+    llm = LLM(tiny_llama_path, num_gpu_blocks=32, max_num_batched_tokens=8, max_num_seqs=4)
     assert isinstance(llm.timeline, TimelineRecorder) and attach_timeline(llm) is llm.timeline
     assert llm.engine_core.step_observers == [llm.timeline] and len(llm.timeline) == 0
     prompts = random_prompts([5, 12, 3], seed=9)
@@ -168,8 +160,8 @@ def test_llm_timeline_records_the_generation(tiny_dirs):
 
 # ---------------------------------------------------------------- seeded sampling
 
-def test_seeded_sampling_same_across_runs_and_batches(tiny_dirs):
-    d = tiny_dirs["Qwen2ForCausalLM"]
+def test_seeded_sampling_same_across_runs_and_batches(tiny_qwen2_path):
+    d = tiny_qwen2_path
     target, others = random_prompts([11], seed=6)[0], random_prompts([30, 4, 50], seed=7)
     seeded = SamplingParams(temperature=1.0, top_p=0.9, seed=1234, max_tokens=20)
     unseeded = SamplingParams(temperature=1.0, max_tokens=20)
@@ -192,8 +184,8 @@ def test_smollm2_seeded_sampling_same_text_in_any_batch():
 
 # ---------------------------------------------------------------- bad input
 
-def test_bad_input_raises_before_any_work(tiny_dirs, tmp_path):
-    d = tiny_dirs["LlamaForCausalLM"]
+def test_bad_input_raises_before_any_work(tiny_llama_path, tmp_path):
+    d = tiny_llama_path
     llm = LLM(d, num_gpu_blocks=16, max_model_len=64)
     with pytest.raises(ValueError, match="at least one prompt"): llm.generate([], use_tqdm=False)
     with pytest.raises(ValueError, match="prompt 1 has 64 tokens"):
@@ -209,16 +201,16 @@ def test_bad_input_raises_before_any_work(tiny_dirs, tmp_path):
     with pytest.raises(ValueError, match="attention backend"): LLM(d, attention_backend="flash")
 
 
-def test_max_tokens_beyond_room_is_capped(tiny_dirs):
-    llm = LLM(tiny_dirs["LlamaForCausalLM"], num_gpu_blocks=16, max_model_len=64)
+def test_max_tokens_beyond_room_is_capped(tiny_llama_path):
+    llm = LLM(tiny_llama_path, num_gpu_blocks=16, max_model_len=64)
     out = llm.generate(random_prompts([60]), SamplingParams(temperature=0, max_tokens=50, ignore_eos=True),
                        use_tqdm=False)[0]
     room = llm.max_model_len - len(out.prompt_token_ids)            # 64 - 60: fewer than max_tokens
     assert room == 4 and len(out.outputs[0].token_ids) == room and out.outputs[0].finish_reason == "length"
 
 
-def test_progress_bar_and_interrupted_loop(tiny_dirs, capsys):
-    llm = LLM(tiny_dirs["LlamaForCausalLM"], num_gpu_blocks=32)
+def test_progress_bar_and_interrupted_loop(tiny_llama_path, capsys):
+    llm = LLM(tiny_llama_path, num_gpu_blocks=32)
     prompts = random_prompts([4, 9, 30], seed=8)
     llm.generate(prompts, GREEDY)
     err = capsys.readouterr().err
@@ -231,12 +223,12 @@ def test_progress_bar_and_interrupted_loop(tiny_dirs, capsys):
     llm.engine_core.step_observers.remove(interrupt)
     assert llm.engine_core.step_observers == [llm.timeline]        # the LLM's own recorder stays
     assert not llm.engine_core.scheduler.has_unfinished_requests() and not llm.output_processor.request_states
-    assert token_ids(llm.generate(prompts, GREEDY, use_tqdm=False)) == hf_greedy(tiny_dirs["LlamaForCausalLM"], prompts, 24)
+    assert token_ids(llm.generate(prompts, GREEDY, use_tqdm=False)) == hf_greedy(tiny_llama_path, prompts, 24)
 
 
 # ---------------------------------------------------------------- console command
 
-def test_cli_generate_and_bench(tiny_dirs, capsys, tmp_path):
+def test_cli_generate_and_bench(tiny_llama_path, capsys, tmp_path):
     import json, subprocess, sys
     from minivllm.entrypoints.cli.main import main
     main(["generate", "What is the capital of France?", "--max-tokens", "12", "--num-gpu-blocks", "64"])
@@ -247,7 +239,7 @@ def test_cli_generate_and_bench(tiny_dirs, capsys, tmp_path):
              "print(sorted(m for m in ('fastapi', 'uvicorn', 'zmq') if m in sys.modules))")
     run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert run.stdout.strip().endswith("[]"), run.stdout
-    tiny = ["--model", str(tiny_dirs["LlamaForCausalLM"]), "--input-len", "8", "--output-len", "4"]
+    tiny = ["--model", str(tiny_llama_path), "--input-len", "8", "--output-len", "4"]
     main(["bench", "throughput", "--num-prompts", "3", "--output-json", str(tmp_path / "t.json"), *tiny])
     out = capsys.readouterr().out
     assert out.startswith("Throughput: ") and "requests/s" in out and "Total num output tokens:  12" in out
