@@ -13,7 +13,7 @@ from .core.block_pool import PoolSnapshot, snapshot_block_pool
 from .core.sched.scheduler import Scheduler
 
 # %% auto #0
-__all__ = ['RequestStep', 'StepRecord', 'TimelineRecorder', 'device_label', 'attach_timeline']
+__all__ = ['RequestStep', 'StepRecord', 'TimelineRecorder', 'device_label', 'BlockPoolCounts', 'attach_timeline']
 
 # %% ../nbs/22_timeline.ipynb #eadb6d8f
 @dataclass
@@ -152,10 +152,9 @@ class TimelineRecorder:
         self.records: list[StepRecord] = []
         self.settings: dict = {}
         self.next_step = 0        # number of the next recorded step
-        self.blocks_inspected = 0  # pool blocks looked at so far (what the recorder costs)
-        self.num_rescans = 0       # full passes over the pool (start, and steps that need one)
         self._live: dict[str, tuple[Request, list[int]]] = {}  # unfinished: (request, block table)
-        self._pool = None          # the BlockPool watched, and what the recorder knows of it
+        self._pool = None          # the BlockPool watched
+        self._counts: BlockPoolCounts | None = None   # what the recorder knows of it
 
     def __len__(self): return len(self.records)
     def __iter__(self): return iter(self.records)
@@ -169,6 +168,15 @@ class TimelineRecorder:
     def idle(self) -> None:
         "Count a step in which nothing ran (no request yet), so step numbers match the caller's."
         self.next_step += 1
+
+    @property
+    def blocks_inspected(self) -> int:
+        "Pool blocks looked at so far (what the recorder costs)."
+        return self._counts.blocks_inspected if self._counts else 0
+    @property
+    def num_rescans(self) -> int:
+        "Full passes over the pool (the start, and the steps that need one)."
+        return self._counts.num_rescans if self._counts else 0
 
 # %% ../nbs/22_timeline.ipynb #8f07325b
 @patch
@@ -185,7 +193,7 @@ def start(self: TimelineRecorder, scheduler: Scheduler) -> None:
     self._pool, self._live = kv.block_pool, {}
     for r in scheduler.running:   # attached to an engine already running: its tables so far
         self._live[r.request_id] = (r, kv.get_block_ids(r.request_id))
-    self._rescan()
+    self._counts = BlockPoolCounts(self._pool)
 
 # %% ../nbs/22_timeline.ipynb #5ec8e15b
 @patch
@@ -231,36 +239,48 @@ def _follow_tables(self: TimelineRecorder, scheduler: Scheduler,
     return touched
 
 # %% ../nbs/22_timeline.ipynb #afc81ba3
-@patch
-def _rescan(self: TimelineRecorder) -> int:
-    "Read every block of the pool; returns how many hashes changed since the recorder last looked."
-    old, blocks = getattr(self, "_hashes", None), self._pool.blocks
-    self._hashes = [None] + [b.block_hash for b in blocks[1:]]    # block 0 is the null block
-    self._free = [False] + [b.ref_cnt == 0 for b in blocks[1:]]
-    self._num_free, self._num_hashed = sum(self._free), sum(h is not None for h in self._hashes)
-    self._num_cached_free = sum(f and h is not None for f, h in zip(self._free, self._hashes))
-    self._index = self._pool.cached_block_hash_to_block
-    self.num_rescans += 1; self.blocks_inspected += len(blocks)
-    if old is None: return 0
-    return sum(1 for o, n in zip(old, self._hashes) if o is not None and n != o)
+class BlockPoolCounts:
+    "Free, hashed and cached-free blocks of a pool, kept up to date from the blocks a step touched."
+    def __init__(self, pool):
+        self.pool, self.num_rescans, self.blocks_inspected = pool, 0, 0
+        self.hashes = None
+        self.rescan()
 
-@patch
-def _apply(self: TimelineRecorder, touched: list[int]) -> int:
-    "Update the counts from the touched blocks; returns how many lost their hash (evicted)."
-    blocks, hashes, free = self._pool.blocks, self._hashes, self._free
-    evicted, touched = 0, set(touched)
-    for b in touched:
-        block = blocks[b]
-        h, f, old_h, old_f = block.block_hash, block.ref_cnt == 0, hashes[b], free[b]
-        if h is old_h and f == old_f: continue
-        if old_h is not None:
-            evicted += h != old_h
-            self._num_hashed -= 1; self._num_cached_free -= old_f
-        if h is not None: self._num_hashed += 1; self._num_cached_free += f
-        self._num_free += f - old_f
-        hashes[b], free[b] = h, f
-    self.blocks_inspected += len(touched)
-    return evicted
+    def rescan(self) -> int:
+        "Read every block; returns how many hashes changed since the last look (evictions)."
+        old, blocks = self.hashes, self.pool.blocks
+        self.hashes = [None] + [b.block_hash for b in blocks[1:]]    # block 0 is the null block
+        self.free = [False] + [b.ref_cnt == 0 for b in blocks[1:]]
+        self.num_free, self.num_hashed = sum(self.free), sum(h is not None for h in self.hashes)
+        self.num_cached_free = sum(f and h is not None for f, h in zip(self.free, self.hashes))
+        self.index = self.pool.cached_block_hash_to_block
+        self.num_rescans += 1; self.blocks_inspected += len(blocks)
+        if old is None: return 0
+        return sum(1 for o, n in zip(old, self.hashes) if o is not None and n != o)
+
+    def apply(self, touched: list[int]) -> int:
+        "Update the counts from the touched blocks; returns how many lost their hash (evicted)."
+        blocks, hashes, free = self.pool.blocks, self.hashes, self.free
+        evicted, touched = 0, set(touched)
+        for b in touched:
+            block = blocks[b]
+            h, f, old_h, old_f = block.block_hash, block.ref_cnt == 0, hashes[b], free[b]
+            if h is old_h and f == old_f: continue
+            if old_h is not None:
+                evicted += h != old_h
+                self.num_hashed -= 1; self.num_cached_free -= old_f
+            if h is not None: self.num_hashed += 1; self.num_cached_free += f
+            self.num_free += f - old_f
+            hashes[b], free[b] = h, f
+        self.blocks_inspected += len(touched)
+        return evicted
+
+    def update(self, touched: list[int], rescan: bool = False) -> int:
+        "After a step: read the touched blocks (every block if asked or if they disagree); evictions."
+        if rescan or self.pool.cached_block_hash_to_block is not self.index: return self.rescan()
+        evicted = self.apply(touched)
+        if self.num_free != self.pool.get_num_free_blocks(): evicted += self.rescan()
+        return evicted
 
 # %% ../nbs/22_timeline.ipynb #82049731
 _UNKNOWN = (None, [])   # (request, table) of a request the recorder never saw scheduled
@@ -298,10 +318,7 @@ def __call__(self: TimelineRecorder, scheduler: Scheduler, scheduler_output: Sch
     # aborted between steps: their blocks were freed then
     for rid in scheduler_output.finished_req_ids:
         if rid in live: touched += live.pop(rid)[1]
-    if preempted or pool.cached_block_hash_to_block is not self._index: evicted = self._rescan()
-    else:
-        evicted = self._apply(touched)
-        if self._num_free != pool.get_num_free_blocks(): evicted += self._rescan()
+    evicted = self._counts.update(touched, rescan=bool(preempted))
     usable, free = pool.num_gpu_blocks - 1, pool.get_num_free_blocks()
     rec = StepRecord(
         self.next_step,
@@ -316,8 +333,8 @@ def __call__(self: TimelineRecorder, scheduler: Scheduler, scheduler_output: Sch
         1.0 - (free - len(released)) / usable,
         1.0 - free / usable,
         free,
-        self._num_cached_free,
-        self._num_hashed,
+        self._counts.num_cached_free,
+        self._counts.num_hashed,
         evicted,
         snapshot_block_pool(pool, f"after step {self.next_step}") if self.snapshot_pool else None,
         (scheduler_output, step_live, unscheduled, ended, self.settings["block_size"]),

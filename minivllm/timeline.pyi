@@ -7,7 +7,7 @@ from .request import Request, RequestStatus
 from .core.sched.output import SchedulerOutput, EngineCoreOutputs
 from .core.block_pool import PoolSnapshot, snapshot_block_pool
 from .core.sched.scheduler import Scheduler
-__all__ = ['RequestStep', 'StepRecord', 'TimelineRecorder', 'device_label', 'attach_timeline']
+__all__ = ['RequestStep', 'StepRecord', 'TimelineRecorder', 'device_label', 'BlockPoolCounts', 'attach_timeline']
 
 @dataclass
 class RequestStep:
@@ -124,6 +124,16 @@ class TimelineRecorder:
         """Count a step in which nothing ran (no request yet), so step numbers match the caller's."""
         ...
 
+    @property
+    def blocks_inspected(self) -> int:
+        """Pool blocks looked at so far (what the recorder costs)."""
+        ...
+
+    @property
+    def num_rescans(self) -> int:
+        """Full passes over the pool (the start, and the steps that need one)."""
+        ...
+
     def start(self: TimelineRecorder, scheduler: Scheduler) -> None:
         """Note the settings, the pool and the running requests' tables (the first step calls it)."""
         ...
@@ -134,14 +144,6 @@ class TimelineRecorder:
 
     def _follow_tables(self: TimelineRecorder, scheduler: Scheduler, scheduler_output: SchedulerOutput) -> list[int]:
         """Apply the step's block-table diffs; returns the blocks whose state may have changed."""
-        ...
-
-    def _rescan(self: TimelineRecorder) -> int:
-        """Read every block of the pool; returns how many hashes changed since the recorder last looked."""
-        ...
-
-    def _apply(self: TimelineRecorder, touched: list[int]) -> int:
-        """Update the counts from the touched blocks; returns how many lost their hash (evicted)."""
         ...
 
     def __call__(self: TimelineRecorder, scheduler: Scheduler, scheduler_output: SchedulerOutput, engine_core_outputs: EngineCoreOutputs) -> StepRecord:
@@ -155,6 +157,24 @@ class TimelineRecorder:
 def device_label(device, model: str | None=None) -> str:
     """'SmolLM2-135M-Instruct on cpu', 'Qwen3-0.6B on cuda:0 (NVIDIA H200)': what ran the steps."""
     ...
+
+class BlockPoolCounts:
+    """Free, hashed and cached-free blocks of a pool, kept up to date from the blocks a step touched."""
+
+    def __init__(self, pool):
+        ...
+
+    def rescan(self) -> int:
+        """Read every block; returns how many hashes changed since the last look (evictions)."""
+        ...
+
+    def apply(self, touched: list[int]) -> int:
+        """Update the counts from the touched blocks; returns how many lost their hash (evicted)."""
+        ...
+
+    def update(self, touched: list[int], rescan: bool=False) -> int:
+        """After a step: read the touched blocks (every block if asked or if they disagree); evictions."""
+        ...
 _UNKNOWN = (None, [])
 
 def attach_timeline(engine, recorder: TimelineRecorder | None=None, device: str | None=None) -> TimelineRecorder:

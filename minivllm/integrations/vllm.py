@@ -11,6 +11,7 @@ from operator import add
 from pathlib import Path
 import numpy as np
 from fastcore.basics import patch
+from ..timeline import BlockPoolCounts
 
 # %% auto #0
 __all__ = ['TIMELINE_ENV', 'DEFAULT_TIMELINE_PATH', 'TOKENS_ENV', 'FORMAT', 'INSTALL_HINT', 'CPU_ENV', 'TINY_LLAMA',
@@ -74,35 +75,7 @@ def _start(self: TimelineWriter, s) -> None:
                   async_scheduling=bool(getattr(s.scheduler_config, "async_scheduling", False)),
                   started=time.time())
     self._file.write(json.dumps(header).encode() + b"\n")
-    self._rescan()
-
-# %% ../../nbs/26_vllm_integration.ipynb #4609017d
-@patch
-def _rescan(self: TimelineWriter) -> int:
-    "Read every block; returns how many hashes changed since the last look (evictions)."
-    old, blocks = getattr(self, "_hashes", None), self._pool.blocks
-    self._hashes = [None] + [b.block_hash for b in blocks[1:]]    # block 0 is the null block
-    self._free = [False] + [b.ref_cnt == 0 for b in blocks[1:]]
-    self._num_free, self._num_hashed = sum(self._free), sum(h is not None for h in self._hashes)
-    self._num_cached_free = sum(f and h is not None for f, h in zip(self._free, self._hashes))
-    self._index = self._pool.cached_block_hash_to_block
-    if old is None: return 0
-    return sum(1 for o, n in zip(old, self._hashes) if o is not None and n != o)
-
-@patch
-def _apply(self: TimelineWriter, touched: list[int]) -> int:
-    "Update the counts from the blocks this step touched; returns how many lost their hash."
-    blocks, hashes, free, evicted = self._pool.blocks, self._hashes, self._free, 0
-    for b in set(touched):
-        block = blocks[b]
-        h, f, old_h, old_f = block.block_hash, block.ref_cnt == 0, hashes[b], free[b]
-        if h is old_h and f == old_f: continue
-        evicted += old_h is not None and h != old_h
-        self._num_hashed += (h is not None) - (old_h is not None)
-        self._num_cached_free += (f and h is not None) - (old_f and old_h is not None)
-        self._num_free += f - old_f
-        hashes[b], free[b] = h, f
-    return evicted
+    self._counts = BlockPoolCounts(self._pool)
 
 # %% ../../nbs/26_vllm_integration.ipynb #4b54e09d
 try:                     # msgspec (a dependency of vLLM's) writes a line ten times faster than json
@@ -135,14 +108,11 @@ def record(self: TimelineWriter, s, so, mro, outputs: dict) -> dict:
     if running or s.waiting or s.kv_holding_waiting:
         rec["unscheduled"] = _unscheduled(grants, so.preempted_req_ids, running, s)
     pool = self._pool
-    if so.preempted_req_ids or pool.cached_block_hash_to_block is not self._index:
-        evicted = self._rescan()
-    else:
-        evicted = self._apply(touched)
-        if self._num_free != pool.get_num_free_blocks(): evicted += self._rescan()
+    evicted = self._counts.update(touched, rescan=bool(so.preempted_req_ids))
     rec["num_waiting"] = len(s.waiting) + len(s.kv_holding_waiting)
     rec["num_running"], rec["num_ended"] = len(s.running), len(ended)
-    rec["kv"] = [pool.get_num_free_blocks(), self._num_cached_free, self._num_hashed, evicted,
+    counts = self._counts
+    rec["kv"] = [pool.get_num_free_blocks(), counts.num_cached_free, counts.num_hashed, evicted,
                  self._released]
     self._file.write(_encode(rec) + b"\n")
     self.next_step += 1

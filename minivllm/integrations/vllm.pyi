@@ -7,6 +7,7 @@ from operator import add
 from pathlib import Path
 import numpy as np
 from fastcore.basics import patch
+from ..timeline import BlockPoolCounts
 __all__ = ['TIMELINE_ENV', 'DEFAULT_TIMELINE_PATH', 'TOKENS_ENV', 'FORMAT', 'INSTALL_HINT', 'CPU_ENV', 'TINY_LLAMA', 'WORKLOAD_CONFIG', 'timeline_path', 'TimelineWriter', 'cpu_scheduler', 'cpu_request', 'replay', 'read_timeline', 'load', 'differences', 'summarize', 'main']
 TIMELINE_ENV = 'MINIVLLM_TIMELINE_PATH'
 DEFAULT_TIMELINE_PATH = 'minivllm-timeline.jsonl'
@@ -29,14 +30,6 @@ class TimelineWriter:
 
     def _start(self: TimelineWriter, s) -> None:
         """Open the file, write the header line, read the pool once (the first step calls it)."""
-        ...
-
-    def _rescan(self: TimelineWriter) -> int:
-        """Read every block; returns how many hashes changed since the last look (evictions)."""
-        ...
-
-    def _apply(self: TimelineWriter, touched: list[int]) -> int:
-        """Update the counts from the blocks this step touched; returns how many lost their hash."""
         ...
 
     def record(self: TimelineWriter, s, so, mro, outputs: dict) -> dict:
