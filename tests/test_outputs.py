@@ -14,7 +14,6 @@ from minivllm.outputs import RequestOutputKind
 from minivllm.engine.async_llm import AsyncLLM
 from minivllm.sampling_params import SamplingParams
 
-from minivllm.testing.tiny_models import make_tiny_model
 
 ENGINE = dict(num_gpu_blocks=96, max_model_len=512)
 PROMPT = "Write a list of five fruits, one per line:"
@@ -24,16 +23,6 @@ PROMPT = "Write a list of five fruits, one per line:"
 def smol():
     "The embedded SmolLM2 (it has a tokenizer: stop strings and decoded tokens need one)."
     return LLM(**ENGINE)
-
-
-@pytest.fixture(scope="module")
-def tiny_path(tmp_path_factory):
-    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "tiny")
-
-
-@pytest.fixture(scope="module")
-def tiny(tiny_path):
-    return LLM(tiny_path, num_gpu_blocks=64, max_model_len=256)
 
 
 def greedy(max_tokens=24, **kw):
@@ -47,8 +36,8 @@ def one(llm, prompt, sp):
 
 # ---------------------------------------------------------------- n: fan out, fan in
 
-def test_n_seeded_reproducible_distinct_and_prefilled_once(tiny_path):
-    llm = LLM(tiny_path, num_gpu_blocks=64, max_model_len=256)
+def test_n_seeded_reproducible_distinct_and_prefilled_once(tiny_llama_path):
+    llm = LLM(tiny_llama_path, num_gpu_blocks=64, max_model_len=256)
     prompt = list(range(3, 43))                                  # 40 tokens: 2 full blocks of 16, 8 more
     sp = SamplingParams(n=4, seed=11, temperature=1.0, max_tokens=12, ignore_eos=True)
     out = llm.generate([prompt], sp, use_tqdm=False)[0]
@@ -62,17 +51,17 @@ def test_n_seeded_reproducible_distinct_and_prefilled_once(tiny_path):
     # child i is seeded with seed + i: the same as a single request with that seed
     alone = one(llm, [prompt], SamplingParams(seed=13, temperature=1.0, max_tokens=12, ignore_eos=True))
     assert tuple(alone.token_ids) == completions[2]
-    again = LLM(tiny_path, num_gpu_blocks=64, max_model_len=256).generate([prompt], sp, use_tqdm=False)[0]
+    again = LLM(tiny_llama_path, num_gpu_blocks=64, max_model_len=256).generate([prompt], sp, use_tqdm=False)[0]
     assert [tuple(c.token_ids) for c in again.outputs] == completions
 
 
-def test_n_with_several_prompts_keeps_order(tiny):
+def test_n_with_several_prompts_keeps_order(tiny_llm):
     sps = [SamplingParams(n=2, temperature=1.0, seed=1, max_tokens=3), greedy(3),
            SamplingParams(n=3, temperature=1.0, max_tokens=3)]
-    outs = tiny.generate([[5, 6, 7], [8, 9], [10, 11, 12, 13]], sps, use_tqdm=False)
+    outs = tiny_llm.generate([[5, 6, 7], [8, 9], [10, 11, 12, 13]], sps, use_tqdm=False)
     assert [len(o.outputs) for o in outs] == [2, 1, 3]
     assert [o.prompt_token_ids for o in outs] == [[5, 6, 7], [8, 9], [10, 11, 12, 13]]
-    assert not tiny.output_processor.request_states and not tiny.output_processor.parent_requests
+    assert not tiny_llm.output_processor.request_states and not tiny_llm.output_processor.parent_requests
 
 
 # ---------------------------------------------------------------- stop strings
@@ -111,8 +100,8 @@ def test_stop_string_across_token_boundary_llm_and_async_llm(smol):
     assert deltas[-1].finished and deltas[-1].outputs[0].stop_reason == stop
 
 
-def test_stop_strings_need_a_tokenizer(tiny):
-    with pytest.raises(ValueError, match="need a tokenizer"): tiny.generate([[1, 2]], greedy(stop=["x"]))
+def test_stop_strings_need_a_tokenizer(tiny_llm):
+    with pytest.raises(ValueError, match="need a tokenizer"): tiny_llm.generate([[1, 2]], greedy(stop=["x"]))
 
 
 def test_stop_token_ids_end_with_the_id_as_stop_reason(smol):
@@ -147,12 +136,11 @@ def test_logprobs_shape(smol):
     assert all(t in d and len(d) in (2, 3) for t, d in zip(out.prompt_token_ids[1:], out.prompt_logprobs[1:]))
 
 
-def test_logprobs_equal_log_softmax_of_the_logits(tiny, tiny_path):
+def test_logprobs_equal_log_softmax_of_the_logits(tiny_llm, tiny_llama_hf):
     "The sampled token's logprob is log_softmax of the raw logits (transformers on the same weights)."
-    from transformers import AutoModelForCausalLM
     prompt = [4, 8, 15, 16, 23, 42]
-    c = one(tiny, [prompt], SamplingParams(temperature=0.7, seed=5, max_tokens=4, logprobs=0))
-    hf = AutoModelForCausalLM.from_pretrained(tiny_path, dtype=torch.float32).eval()
+    c = one(tiny_llm, [prompt], SamplingParams(temperature=0.7, seed=5, max_tokens=4, logprobs=0))
+    hf = tiny_llama_hf
     with torch.no_grad():
         logits = hf(torch.tensor([prompt + c.token_ids])).logits[0].float()
     expected = logits.log_softmax(-1)[len(prompt) - 1:-1].gather(1, torch.tensor(c.token_ids)[:, None])[:, 0]
@@ -318,14 +306,14 @@ def test_bad_sampling_params_raise_value_error(kwargs, message):
     with pytest.raises(ValueError, match=message): SamplingParams(**kwargs)
 
 
-def test_values_the_engine_cannot_serve_raise_value_error(tiny):
-    vocab = tiny.engine_core.info["vocab_size"]
-    with pytest.raises(ValueError, match="vocabulary"): tiny.generate([[1, 2]], greedy(stop_token_ids=[vocab]))
-    with pytest.raises(ValueError, match="logprobs"): tiny.generate([[1, 2]], greedy(logprobs=vocab + 1))
+def test_values_the_engine_cannot_serve_raise_value_error(tiny_llm):
+    vocab = tiny_llm.engine_core.info["vocab_size"]
+    with pytest.raises(ValueError, match="vocabulary"): tiny_llm.generate([[1, 2]], greedy(stop_token_ids=[vocab]))
+    with pytest.raises(ValueError, match="logprobs"): tiny_llm.generate([[1, 2]], greedy(logprobs=vocab + 1))
     with pytest.raises(TypeError): SamplingParams(best_of=2)      # unsupported vLLM parameters are not swallowed
     with pytest.raises(TypeError): SamplingParams(structured_outputs={})
     with pytest.raises(TypeError): LLM(max_num_sequences=4)      # nor are unknown engine options
-    assert not tiny.engine_core.scheduler.has_unfinished_requests()
+    assert not tiny_llm.engine_core.scheduler.has_unfinished_requests()
 
 
 def test_engine_args_are_llm_options():
