@@ -32,10 +32,13 @@ DOCS_STRICT=1):
 * the contents (chapter list, "on this page") never break a name mid-word (_static/toc-names.js
   lets names break after dots and underscores).
 
-Then the search page must find `allocate_slots`. Screenshots of a few pages (the index, the first
-chapter of each part, the first module source page, or the pages named in DOCS_SHOTS=a,b; top of
-page, first figure, widest code cell) go to docs/_build/screenshots/ for a person to look at. Outputs (printed text) that scroll sideways
-are listed as notes, not failures.
+Then the search page must find `allocate_slots`, the index's top header must have a search field
+(the theme's, besides the sidebar's) that opens the search box, and every step viewer (chapter
+22's interactive `step_viewer`) must step through its run -- the next button, the arrow keys --
+with its block pool changing. Screenshots of a few pages (the index, the first chapter of each
+part, the first module source page, or the pages named in DOCS_SHOTS=a,b; top of page, first
+figure, widest code cell) go to docs/_build/screenshots/ for a person to look at. Outputs
+(printed text) that scroll sideways are listed as notes, not failures.
 
 Exit status 0 when all pages pass, 1 otherwise. Without a Chromium binary it prints SKIP and
 exits 0 -- except under CI (CI=true) or with DOCS_BROWSER_REQUIRED=1, where a missing browser is
@@ -467,6 +470,56 @@ def check_search(ck, word=SEARCH_WORD):
     return errs
 
 
+def check_step_viewers(ck, page):
+    """Every step viewer on `page` (chapter 22's `step_viewer`, an HTML output) steps through its
+    run in the browser: the next button and the arrow keys move the step, and the block pool it
+    shows changes somewhere along the run."""
+    since = ck.load(urljoin(ck.base, page))
+    js = ("(() => Array.from(document.querySelectorAll('.mv-step-viewer')).map(root => {"
+          " const pool = () => Array.from(root.querySelectorAll('.mv-sv-block'))"
+          "   .map(b => (b.dataset.state || '?')[0]).join('');"
+          " const n = +root.dataset.numSteps, seen = [root.dataset.step + ':' + pool()];"
+          " root.querySelector('.mv-sv-next').click(); seen.push(root.dataset.step + ':' + pool());"
+          " root.dispatchEvent(new KeyboardEvent('keydown', {key: 'ArrowRight'}));"
+          " seen.push(root.dataset.step + ':' + pool());"
+          " for (let k = 3; k < n; k++) { root.querySelector('.mv-sv-next').click();"
+          "   seen.push(root.dataset.step + ':' + pool()); }"
+          " return {n: n, steps: seen.slice(0, 3).map(x => x.split(':')[0]),"
+          " pools: new Set(seen.map(x => x.split(':')[1])).size}; }))()")
+    viewers = ck.evaluate(js)
+    errs, _ = ck.problems_logged(since)
+    print(f"  {page} step viewers: {viewers}", flush=True)
+    if not viewers: errs.append("the page's step viewer did not render")
+    for i, v in enumerate(viewers):
+        if v["n"] >= 3 and v["steps"] != ["0", "1", "2"]:
+            errs.append(f"step viewer {i}: the next button and the arrow key do not step: {v}")
+        if v["pools"] < 2: errs.append(f"step viewer {i}: the pool never changes: {v}")
+    return errs
+
+
+def check_header_search(ck, page="index.html"):
+    "The page's top header has a search field (besides the sidebar's); a click opens the search."
+    since = ck.load(urljoin(ck.base, page))
+    js = ("(() => { const b = Array.from("
+          "   document.querySelectorAll('.bd-header .search-button-field'))"
+          "   .find(x => x.getBoundingClientRect().width > 0);"
+          " if (!b) return {button: false};"
+          " const r = b.getBoundingClientRect(); b.click();"
+          " const d = document.querySelector('#pst-search-dialog, .search-button__wrapper');"
+          " const i = d && d.querySelector('input[name=q]');"
+          " return {button: r.width > 0 && r.height > 0, top: r.top,"
+          " open: !!(d && (d.open || d.classList.contains('show'))), input: !!i,"
+          " focused: !!i && document.activeElement === i}; })()")
+    r = ck.evaluate(js)
+    errs, _ = ck.problems_logged(since)
+    print(f"  {page} header search: {r}", flush=True)
+    if not r.get("button"): errs.append("no visible search field in the page's top header")
+    elif not (r.get("open") and r.get("input")): errs.append(f"the header's search field opens no "
+                                                             f"search box: {r}")
+    elif r.get("top", 1e9) > 120: errs.append(f"the header's search field is not at the top: {r}")
+    return errs
+
+
 def all_pages():
     "Every page: the chapters and Sphinx's own at the top, and the module source pages."
     top = sorted(p.name for p in SITE.glob("*.html") if p.name != "search.html")
@@ -518,6 +571,14 @@ def main(pages):
                 try: errs = check_search(ck)
                 except (TimeoutError, CDPError) as e: errs = [f"{type(e).__name__}: {e}"]
                 if errs: failures["search.html"] = errs
+                for page in [p for p in pages if not p.startswith("source/")
+                             and "mv-step-viewer" in (SITE / p).read_text()]:
+                    try: errs = check_step_viewers(ck, page)
+                    except (TimeoutError, CDPError) as e: errs = [f"{type(e).__name__}: {e}"]
+                    if errs: failures.setdefault(page, []).extend(errs)
+                try: errs = check_header_search(ck)
+                except (TimeoutError, CDPError) as e: errs = [f"{type(e).__name__}: {e}"]
+                if errs: failures["index.html (header search)"] = errs
             finally:
                 chrome.close()
     finally:
