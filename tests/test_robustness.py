@@ -11,24 +11,10 @@ from minivllm.entrypoints.openai.api_server import build_app, serve_in_thread
 from minivllm.request import Request
 from minivllm.sampling_params import SamplingParams
 from minivllm.sampling_params import RequestOutputKind
-from minivllm.testing.tiny_models import make_tiny_model
 
 torch.set_num_threads(1)
-TINY = dict(num_gpu_blocks=96, max_model_len=256, seed=0)
+TINY = dict(num_gpu_blocks=96, max_model_len=256, seed=0)   # the engines this file starts (and kills)
 GREEDY = dict(prompt=[5, 9, 14, 2, 7], max_tokens=8, temperature=0, ignore_eos=True)
-
-
-@pytest.fixture(scope="module")
-def tiny_path(tmp_path_factory):
-    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "tiny")
-
-
-@pytest.fixture(scope="module")
-def tiny(tiny_path):
-    "A tiny random Llama behind an AsyncLLM and a server; yields (async_llm, url)."
-    with AsyncLLM(tiny_path, num_threads=1, **TINY) as async_llm, \
-         serve_in_thread(build_app(async_llm, "tiny")) as url:
-        yield async_llm, url
 
 
 def idle_stats(url, timeout=10.0) -> dict:
@@ -87,8 +73,8 @@ BAD = [   # (endpoint, body, param): each one of the issue's cases
 
 
 @pytest.mark.parametrize("endpoint,body,param", BAD, ids=[f"{e}:{p}" for e, _, p in BAD])
-def test_bad_request_is_a_400_naming_the_field_and_leaks_nothing(tiny, endpoint, body, param):
-    _, url = tiny
+def test_bad_request_is_a_400_naming_the_field_and_leaks_nothing(tiny_server, endpoint, body, param):
+    url = tiny_server.url
     base = {"prompt": [1, 2, 3], "max_tokens": 4} if endpoint == "completions" else {}
     text = json.dumps(base | body)   # Infinity and NaN as Python's json writes them
     r = httpx.post(f"{url}/v1/{endpoint}", content=text, headers={"content-type": "application/json"})
@@ -97,9 +83,9 @@ def test_bad_request_is_a_400_naming_the_field_and_leaks_nothing(tiny, endpoint,
     assert_idle(url)
 
 
-def test_huge_top_k_is_clamped_and_the_engine_lives(tiny):
+def test_huge_top_k_is_clamped_and_the_engine_lives(tiny_server):
     "top_k 2^31 (and 2^64) used to overflow the input batch's int32 and kill the engine for good."
-    _, url = tiny
+    url = tiny_server.url
     before = greedy_text(url)
     for top_k in (2**31, 2**64, 256, 257):
         r = httpx.post(f"{url}/v1/completions", json=GREEDY | {"top_k": top_k, "temperature": 0.7, "seed": 1})
@@ -109,8 +95,8 @@ def test_huge_top_k_is_clamped_and_the_engine_lives(tiny):
     assert_idle(url)
 
 
-def test_streamed_bad_request_gets_400_before_the_stream(tiny):
-    _, url = tiny
+def test_streamed_bad_request_gets_400_before_the_stream(tiny_server):
+    url = tiny_server.url
     body = {"prompt": [1, 2, 3], "stream": True, "stop_token_ids": [1000000000]}
     with httpx.stream("POST", f"{url}/v1/completions", json=body) as r:
         r.read()
@@ -118,8 +104,8 @@ def test_streamed_bad_request_gets_400_before_the_stream(tiny):
     assert r.headers["content-type"].startswith("application/json")
 
 
-def test_logprobs_cap_matches_vllm(tiny):
-    _, url = tiny
+def test_logprobs_cap_matches_vllm(tiny_server):
+    url = tiny_server.url
     ok = httpx.post(f"{url}/v1/completions", json=GREEDY | {"logprobs": 20})
     assert ok.status_code == 200 and len(ok.json()["choices"][0]["logprobs"]["top_logprobs"][0]) == 20
     check_400(httpx.post(f"{url}/v1/completions", json=GREEDY | {"logprobs": 21}), "logprobs")
@@ -128,9 +114,9 @@ def test_logprobs_cap_matches_vllm(tiny):
     assert_idle(url)
 
 
-def test_abort_ends_the_readers_stream(tiny):
+def test_abort_ends_the_readers_stream(tiny_server):
     "AsyncLLM.abort(id) used to leave the reader waiting forever; now it reads finish_reason='abort'."
-    async_llm, url = tiny
+    async_llm, url = tiny_server.async_llm, tiny_server.url
     async def run(sp):
         agen = async_llm.generate([3, 4, 5], sp, "to-abort")
         first = await anext(agen)
@@ -146,9 +132,9 @@ def test_abort_ends_the_readers_stream(tiny):
     assert_idle(url)
 
 
-def test_failed_send_is_undone(tiny, monkeypatch):
+def test_failed_send_is_undone(tiny_server, monkeypatch):
     "Registration and sending are one step: a send that fails leaves nothing registered."
-    async_llm, url = tiny
+    async_llm, url = tiny_server.async_llm, tiny_server.url
     def broken(frames): raise OSError("socket gone")
     monkeypatch.setattr(async_llm, "_send_frames", broken)
     sp = SamplingParams(n=3, seed=1, temperature=1, max_tokens=4)
@@ -158,9 +144,9 @@ def test_failed_send_is_undone(tiny, monkeypatch):
     assert_idle(url)
 
 
-def test_text_prompts_are_tokenised_off_the_event_loop(tiny, monkeypatch):
+def test_text_prompts_are_tokenised_off_the_event_loop(tiny_server, monkeypatch):
     "A 2 MB prompt is tokenised in the tokenizer thread, so the event loop keeps answering /health."
-    async_llm, url = tiny
+    async_llm, url = tiny_server.async_llm, tiny_server.url
     threads = []
     original = async_llm.tokenize_prompt
     def spy(prompt):
@@ -178,10 +164,10 @@ async def _tokens(async_llm, prompt, sp, request_id):
             for t in out.outputs[0].token_ids]
 
 
-def test_a_failing_request_fails_alone(tiny):
+def test_a_failing_request_fails_alone(tiny_server):
     """A request that slips past the door and fails inside the engine's step (top_k 2^31 overflows the
     input batch's int32) joins a running batch: it gets an error, the others finish with the same tokens."""
-    async_llm, url = tiny
+    async_llm, url = tiny_server.async_llm, tiny_server.url
     prompts = [[7 + i, 3, 9, 11 + i] * 3 for i in range(4)]
     sp = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
     async def alone(): return [await _tokens(async_llm, p, sp, f"alone-{i}") for i, p in enumerate(prompts)]
@@ -216,10 +202,10 @@ def _wait_for(predicate, timeout):
 
 
 @pytest.mark.parametrize("keep_alive", [False, True])
-def test_frozen_engine_is_noticed(tiny_path, keep_alive):
+def test_frozen_engine_is_noticed(tiny_llama_path, keep_alive):
     """SIGSTOP the engine: /health turns 503, an in-flight request gets an error, within 5 s; then the
     server exits with a log line (or stays up answering 503 when told to). No traceback reaches clients."""
-    with AsyncLLM(tiny_path, num_threads=1, **TINY) as async_llm:
+    with AsyncLLM(tiny_llama_path, num_threads=1, **TINY) as async_llm:
         app = build_app(async_llm, "tiny", keep_alive_on_engine_death=keep_alive)
         with serve_in_thread(app) as url:
             assert httpx.get(f"{url}/health").status_code == 200
@@ -253,13 +239,13 @@ def test_frozen_engine_is_noticed(tiny_path, keep_alive):
                 assert _wait_for(down, 10)
 
 
-def test_serve_exits_when_the_engine_dies(tiny_path):
+def test_serve_exits_when_the_engine_dies(tiny_llama_path):
     "`serve` (what `minivllm serve` runs) stops with status 1 and one clear log line once its engine dies."
     import socket, subprocess, sys
     psutil = pytest.importorskip("psutil")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
-    code = (f"from minivllm.entrypoints.openai.api_server import serve; serve({str(tiny_path)!r}, port={port}, "
+    code = (f"from minivllm.entrypoints.openai.api_server import serve; serve({str(tiny_llama_path)!r}, port={port}, "
             "num_threads=1, num_gpu_blocks=64, max_model_len=256)")
     server = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

@@ -6,12 +6,10 @@ from minivllm.engine.async_llm import AsyncLLM, EngineDeadError
 from minivllm.sampling_params import SamplingParams
 from minivllm.sampling_params import RequestOutputKind
 
-from minivllm.testing.tiny_models import make_tiny_model
 from minivllm.entrypoints.openai.api_server import build_app, serve_in_thread
 
 torch.set_num_threads(1)
 EMBEDDED = dict(num_gpu_blocks=128, max_model_len=1024, seed=0)
-TINY = dict(num_gpu_blocks=320, max_model_len=1024, seed=0)
 GREEDY = SamplingParams(temperature=0, max_tokens=16)
 
 
@@ -19,19 +17,6 @@ GREEDY = SamplingParams(temperature=0, max_tokens=16)
 def embedded():
     "The embedded SmolLM2 behind an AsyncLLM and a server; yields (async_llm, url)."
     with AsyncLLM(num_threads=1, **EMBEDDED) as async_llm, serve_in_thread(build_app(async_llm)) as url:
-        yield async_llm, url
-
-
-@pytest.fixture(scope="module")
-def tiny_path(tmp_path_factory):
-    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "tiny")
-
-
-@pytest.fixture(scope="module")
-def tiny(tiny_path):
-    "A tiny random Llama (no tokenizer) behind an AsyncLLM and a server; yields (async_llm, url)."
-    with AsyncLLM(tiny_path, num_threads=1, **TINY) as async_llm, \
-         serve_in_thread(build_app(async_llm, "tiny")) as url:
         yield async_llm, url
 
 
@@ -54,15 +39,16 @@ def test_stream_matches_llm_generate(embedded):
         assert num_deltas == len(tokens) and last.finished and last.outputs[0].finish_reason == ref.outputs[0].finish_reason
 
 
-def test_stream_matches_llm_tiny_seeded(tiny, tiny_path):
+def test_stream_matches_llm_tiny_seeded(tiny_server):
     "Token-id prompts, greedy and seeded sampling, several requests streamed at once."
-    async_llm, _ = tiny
+    async_llm = tiny_server.async_llm
     prompts = [[1 + i, 7, 9 + 2 * i, 11] * (i + 1) for i in range(6)]
     params = [SamplingParams(temperature=0, max_tokens=10, ignore_eos=True),
               SamplingParams(temperature=0.8, top_p=0.9, seed=3, max_tokens=10, ignore_eos=True)] * 3
     async def run(): return await asyncio.gather(*(collect(async_llm, p, sp) for p, sp in zip(prompts, params)))
     streamed = [s[0] for s in asyncio.run(run())]
-    expected = [o.outputs[0].token_ids for o in LLM(tiny_path, **TINY).generate(prompts, params, use_tqdm=False)]
+    llm = LLM(tiny_server.path, **tiny_server.engine_args)
+    expected = [o.outputs[0].token_ids for o in llm.generate(prompts, params, use_tqdm=False)]
     assert streamed == expected
 
 
@@ -98,8 +84,8 @@ def test_openai_client(embedded):
     assert chat_chunks[-1].choices[0].finish_reason == chat.choices[0].finish_reason
 
 
-def test_64_concurrent_streams(tiny, tiny_path):
-    _, url = tiny
+def test_64_concurrent_streams(tiny_server):
+    url = tiny_server.url
     prompts = [[(5 * i + j) % 250 + 3 for j in range(4 + i % 9)] for i in range(64)]
     max_tokens = [3 + i % 11 for i in range(64)]
     async def one(client, prompt, n):
@@ -123,8 +109,9 @@ def test_64_concurrent_streams(tiny, tiny_path):
     assert [len(t) for t, _ in results] == max_tokens
     assert [u["completion_tokens"] for _, u in results] == max_tokens
     assert [u["prompt_tokens"] for _, u in results] == [len(p) for p in prompts]
-    expected = LLM(tiny_path, **TINY).generate(prompts, [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True)
-                                                         for n in max_tokens], use_tqdm=False)
+    expected = LLM(tiny_server.path, **tiny_server.engine_args).generate(
+        prompts, [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True) for n in max_tokens],
+        use_tqdm=False)
     assert [t for t, _ in results] == [o.outputs[0].token_ids for o in expected]
 
 
@@ -137,8 +124,8 @@ def wait_until_idle(url, timeout=10.0) -> dict:
         time.sleep(0.05)
 
 
-def test_disconnect_frees_kv_blocks(tiny):
-    _, url = tiny
+def test_disconnect_frees_kv_blocks(tiny_server):
+    url = tiny_server.url
     before = wait_until_idle(url)
     body = dict(prompt=list(range(3, 60)), max_tokens=900, ignore_eos=True, temperature=0)
     with httpx.stream("POST", f"{url}/v1/completions", json=body | {"stream": True}) as r:
@@ -162,8 +149,8 @@ def check_400(r, contains):
     assert error["type"] == "BadRequestError" and error["code"] == 400 and contains in error["message"], error
 
 
-def test_bad_requests_get_openai_400(tiny):
-    _, url = tiny
+def test_bad_requests_get_openai_400(tiny_server):
+    url = tiny_server.url
     post = lambda path, **kw: httpx.post(f"{url}/v1/{path}", **kw)
     check_400(post("completions", content=b'{"prompt": [1, 2', headers={"content-type": "application/json"}),
               "malformed JSON")
@@ -193,24 +180,25 @@ def test_bad_requests_get_openai_400(tiny):
     assert httpx.get(f"{url}/v1/models").json()["data"][0]["id"] == "tiny"
 
 
-def test_engine_keeps_a_timeline_only_when_asked(tiny, tiny_path):
+def test_engine_keeps_a_timeline_only_when_asked(tiny_server, tiny_llama_path):
     "`LLM` always records; the engine process drops that recorder unless `record_timeline=True`."
     from minivllm.engine.arg_utils import EngineArgs
     from minivllm.engine.async_llm import make_engine_core
     from minivllm.timeline import TimelineRecorder
-    args = EngineArgs(model=str(tiny_path), num_gpu_blocks=8, max_model_len=64)
+    args = EngineArgs(model=str(tiny_llama_path), num_gpu_blocks=8, max_model_len=64)
     core = make_engine_core(args)
     assert not any(isinstance(o, TimelineRecorder) for o in core.step_observers)
     assert (core.info["num_gpu_blocks"], core.info["max_model_len"]) == (8, 64)
     core = make_engine_core(args, record_timeline=True)
     assert [type(o) for o in core.step_observers] == [TimelineRecorder]
-    with pytest.raises(ValueError, match="record_timeline=True"): tiny[0].get_timeline()   # started without it
+    with pytest.raises(ValueError, match="record_timeline=True"):   # started without it
+        tiny_server.async_llm.get_timeline()
 
 
-def test_engine_failures_reach_the_client(tiny_path):
+def test_engine_failures_reach_the_client(tiny_llama_path):
     with pytest.raises(EngineDeadError, match="num_gpu_blocks"):      # fails while starting
-        AsyncLLM(tiny_path, num_threads=1, num_gpu_blocks=2, max_model_len=256)
-    with AsyncLLM(tiny_path, transport="tcp", num_threads=1, num_gpu_blocks=32, max_model_len=256) as async_llm:
+        AsyncLLM(tiny_llama_path, num_threads=1, num_gpu_blocks=2, max_model_len=256)
+    with AsyncLLM(tiny_llama_path, transport="tcp", num_threads=1, num_gpu_blocks=32, max_model_len=256) as async_llm:
         async def killed_mid_stream():
             agen = async_llm.generate([1, 2, 3], SamplingParams(max_tokens=200, ignore_eos=True))
             await anext(agen)
@@ -221,15 +209,15 @@ def test_engine_failures_reach_the_client(tiny_path):
             assert httpx.get(f"{url}/health").status_code == 503
 
 
-def test_n_and_logprobs_tiny(tiny, tiny_path):
+def test_n_and_logprobs_tiny(tiny_server):
     "n completions and logprobs in both OpenAI formats; streamed chunks add up to the whole response."
-    _, url = tiny
+    url = tiny_server.url
     client = openai.OpenAI(base_url=f"{url}/v1", api_key="EMPTY", max_retries=0)
     kw = dict(model="tiny", prompt=[5, 9, 14, 2], max_tokens=6, temperature=1.0, seed=4, n=3, logprobs=2,
               extra_body={"ignore_eos": True, "return_token_ids": True})
     whole = client.completions.create(**kw)
     assert [c.index for c in whole.choices] == [0, 1, 2] and whole.usage.completion_tokens == 18
-    expected = LLM(tiny_path, **TINY).generate([[5, 9, 14, 2]], SamplingParams(
+    expected = LLM(tiny_server.path, **tiny_server.engine_args).generate([[5, 9, 14, 2]], SamplingParams(
         n=3, temperature=1.0, seed=4, max_tokens=6, ignore_eos=True, logprobs=2), use_tqdm=False)[0]
     for c, ref in zip(whole.choices, expected.outputs):
         assert c.model_extra["token_ids"] == ref.token_ids
@@ -279,22 +267,21 @@ GENERATION_CONFIG = {"eos_token_id": [0, 9, 11], "temperature": 0.6, "top_p": 0.
 
 
 @pytest.fixture(scope="module")
-def tiny_gen(tmp_path_factory):
-    "A tiny model whose generation_config.json has sampling defaults and two extra EOS ids."
-    path = make_tiny_model(tmp_path_factory.mktemp("tiny_gen") / "tiny_gen")
-    (path / "generation_config.json").write_text(json.dumps(GENERATION_CONFIG))
-    with AsyncLLM(path, num_threads=1, max_logprobs=2, **TINY) as async_llm, \
-         serve_in_thread(build_app(async_llm, "tiny_gen")) as url:
-        yield async_llm, url
+def tiny_gen_server(serve_tiny, tiny_llama_with_generation_config):
+    "The tiny Llama with a generation_config.json of sampling defaults and two extra EOS ids, served."
+    path = tiny_llama_with_generation_config(GENERATION_CONFIG, "tiny_gen")
+    with serve_tiny(path, "tiny_gen", max_logprobs=2, num_gpu_blocks=320, max_model_len=1024,
+                    seed=0) as server:
+        yield server
 
 
 async def _all(async_llm, prompt, sp, **kw):
     return [out async for out in async_llm.generate(prompt, sp, **kw)]
 
 
-def test_async_llm_output_kind_is_cumulative_by_default(tiny):
+def test_async_llm_output_kind_is_cumulative_by_default(tiny_server):
     "vLLM's SamplingParams.output_kind defaults to CUMULATIVE; generate(output_kind=) overrides it."
-    async_llm, _ = tiny
+    async_llm = tiny_server.async_llm
     sp = SamplingParams(temperature=0, max_tokens=5, ignore_eos=True)
     cumulative = asyncio.run(_all(async_llm, [1, 2, 3], sp))
     assert [len(o.outputs[0].token_ids) for o in cumulative] == [1, 2, 3, 4, 5]
@@ -306,18 +293,18 @@ def test_async_llm_output_kind_is_cumulative_by_default(tiny):
     assert len(final) == 1 and final[0].outputs[0].token_ids == cumulative[-1].outputs[0].token_ids
 
 
-def test_async_llm_max_tokens_none_takes_the_room_left(tiny):
+def test_async_llm_max_tokens_none_takes_the_room_left(tiny_server):
     "vLLM's InputProcessor: max_tokens=None -> max_model_len - prompt length (it used to crash)."
-    async_llm, _ = tiny
+    async_llm = tiny_server.async_llm
     sp = SamplingParams(temperature=0, max_tokens=None, ignore_eos=True,
                         output_kind=RequestOutputKind.FINAL_ONLY)
     out = asyncio.run(_all(async_llm, [1 + i % 50 for i in range(1000)], sp))[-1]
-    assert len(out.outputs[0].token_ids) == TINY["max_model_len"] - 1000
+    assert len(out.outputs[0].token_ids) == tiny_server.engine_args["max_model_len"] - 1000
 
 
-def test_async_llm_stops_at_the_generation_configs_extra_eos(tiny_gen):
+def test_async_llm_stops_at_the_generation_configs_extra_eos(tiny_gen_server):
     "generation_config.json's eos_token_id list stops generation (vLLM: update_from_generation_config)."
-    async_llm, _ = tiny_gen
+    async_llm = tiny_gen_server.async_llm
     assert async_llm.generation_config["eos_token_id"] == [0, 9, 11]
     sp = SamplingParams(temperature=0, max_tokens=6, logit_bias={9: 100.0})
     out = asyncio.run(_all(async_llm, [1, 2, 3], sp))[-1].outputs[0]
@@ -326,9 +313,9 @@ def test_async_llm_stops_at_the_generation_configs_extra_eos(tiny_gen):
     assert asyncio.run(_all(async_llm, [1, 2, 3], ignored))[-1].outputs[0].token_ids == [9] * 6
 
 
-def test_async_llm_caps_logprobs_at_its_max_logprobs(tiny_gen):
+def test_async_llm_caps_logprobs_at_its_max_logprobs(tiny_gen_server):
     "check_sampling_params gets AsyncLLM's max_logprobs (here 2), with vLLM's message."
-    async_llm, _ = tiny_gen
+    async_llm = tiny_gen_server.async_llm
     with pytest.raises(ValueError, match="greater than max allowed: 2"):
         asyncio.run(async_llm.add_request("x", [1, 2], SamplingParams(logprobs=3)))
 
@@ -350,9 +337,9 @@ def _post(url, body, path="completions"):
     return httpx.post(f"{url}/v1/{path}", json=body, timeout=60)
 
 
-def test_server_defaults_come_from_the_generation_config(tiny_gen, tmp_path):
+def test_server_defaults_come_from_the_generation_config(tiny_gen_server, tmp_path):
     "vLLM's to_sampling_params: request value, else get_diff_sampling_param's, else vLLM's (null = left out)."
-    async_llm, url = tiny_gen
+    async_llm, url = tiny_gen_server.async_llm, tiny_gen_server.url
     assert url and async_llm.engine_args.generation_config == "auto"
     body = {"model": "tiny_gen", "prompt": [5, 9, 14, 2], "max_tokens": 8, "seed": 3, "ignore_eos": True}
     left_out = _post(url, body).json()["choices"][0]
@@ -368,8 +355,8 @@ def test_server_defaults_come_from_the_generation_config(tiny_gen, tmp_path):
     assert left_out_ids == model.token_ids and left_out["text"] == nulls["text"]
 
 
-def test_logit_bias_allowed_token_ids_and_seed_minus_one(tiny):
-    _, url = tiny
+def test_logit_bias_allowed_token_ids_and_seed_minus_one(tiny_server):
+    url = tiny_server.url
     base = {"prompt": [1, 2, 3], "max_tokens": 6, "ignore_eos": True, "return_token_ids": True}
     biased = _post(url, base | {"temperature": 0, "logit_bias": {"9": 100}}).json()
     assert biased["choices"][0]["token_ids"] == [9] * 6           # string token-id keys, as OpenAI sends them
@@ -382,9 +369,9 @@ def test_logit_bias_allowed_token_ids_and_seed_minus_one(tiny):
     assert fixed[0] == fixed[1]
 
 
-def test_prompt_arrays_prompt_logprobs_and_echo(tiny):
+def test_prompt_arrays_prompt_logprobs_and_echo(tiny_server):
     "vLLM: each prompt its own request, choices i * n + j; prompt_logprobs per choice, the first None."
-    _, url = tiny
+    url = tiny_server.url
     prompts = [[1, 2, 3], [4, 5]]
     body = {"prompt": prompts, "n": 2, "max_tokens": 4, "temperature": 0, "ignore_eos": True,
             "return_token_ids": True}
@@ -442,18 +429,18 @@ def test_chat_template_options(embedded):
     check_400(_post(url, body | {"chat_template": "{{ messages }}"}, "chat/completions"), "untrusted chat template")
 
 
-def test_unknown_fields_are_ignored_and_stream_options_need_stream(tiny):
+def test_unknown_fields_are_ignored_and_stream_options_need_stream(tiny_server):
     "vLLM's OpenAIBaseModel: extra='allow' (ignored); validate_stream_options: a 400 without stream=True."
-    _, url = tiny
+    url = tiny_server.url
     assert _post(url, {"prompt": [1, 2], "max_tokens": 2, "not_a_vllm_field": {"x": 1}}).status_code == 200
     check_400(_post(url, {"prompt": [1, 2], "stream_options": {"include_usage": True}}), "stream=True")
     check_400(_post(url, {"prompt": [1, 2], "logprobs": 21}), "logprobs")               # max_logprobs = 20
     check_400(_post(url, {"prompt": [1, 2], "suffix": "!"}), "suffix")
 
 
-def test_api_key(tiny):
+def test_api_key(tiny_server):
     "vLLM's AuthenticationMiddleware: /v1 needs `Authorization: Bearer KEY` (else 401); /health does not."
-    async_llm, _ = tiny
+    async_llm = tiny_server.async_llm
     with serve_in_thread(build_app(async_llm, "tiny", api_key="sesame")) as url:
         body = {"prompt": [1, 2], "max_tokens": 2}
         r = httpx.post(f"{url}/v1/completions", json=body)
@@ -467,16 +454,17 @@ def test_api_key(tiny):
         assert client.completions.create(model="tiny", prompt=[1, 2], max_tokens=2).choices
 
 
-def test_sampling_fields_reach_the_engine(tiny, tiny_path):
+def test_sampling_fields_reach_the_engine(tiny_server):
     "Every sampling knob of a request is the engine's: the server's tokens equal LLM.generate's with those params."
-    _, url = tiny
+    url = tiny_server.url
     knobs = dict(temperature=0.9, top_p=0.95, top_k=30, min_p=0.01, presence_penalty=0.5, frequency_penalty=0.4,
                  repetition_penalty=1.3, seed=11, min_tokens=3, max_tokens=10, stop_token_ids=[17])
     got = _post(url, {"prompt": [4, 8, 15, 16], "return_token_ids": True} | knobs).json()["choices"][0]["token_ids"]
-    expected = LLM(tiny_path, **TINY).generate([[4, 8, 15, 16]], SamplingParams(**knobs), use_tqdm=False)[0]
+    expected = LLM(tiny_server.path, **tiny_server.engine_args).generate(
+        [[4, 8, 15, 16]], SamplingParams(**knobs), use_tqdm=False)[0]
     assert got == expected.outputs[0].token_ids
-    plain = LLM(tiny_path, **TINY).generate([[4, 8, 15, 16]], SamplingParams(temperature=0.9, seed=11, max_tokens=10),
-                                            use_tqdm=False)[0]
+    plain = LLM(tiny_server.path, **tiny_server.engine_args).generate(
+        [[4, 8, 15, 16]], SamplingParams(temperature=0.9, seed=11, max_tokens=10), use_tqdm=False)[0]
     assert plain.outputs[0].token_ids != got        # the knobs changed something
 
 
@@ -514,9 +502,9 @@ def test_cli_timeline_draws_a_recorded_vllm_run(tmp_path, capsys):
     with pytest.raises(SystemExit): main(["timeline", str(run), "--steps", "3:1"])
 
 
-def test_continuous_usage_stats(tiny):
+def test_continuous_usage_stats(tiny_server):
     "vLLM's stream_options.continuous_usage_stats: usage in every chunk (with include_usage)."
-    _, url = tiny
+    url = tiny_server.url
     body = {"prompt": [1, 2, 3], "max_tokens": 3, "temperature": 0, "ignore_eos": True, "stream": True,
             "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
     lines = [json.loads(line[6:]) for line in httpx.post(f"{url}/v1/completions", json=body, timeout=60).text.splitlines()
