@@ -270,3 +270,38 @@ def test_async_llm_server_engine_with_async_scheduling(tiny_llama_path, referenc
         assert ([list(f.outputs[0].token_ids) for f in finals]
                 == [expected[rid][0] for rid, _, _ in reqs])
     finally: engine.shutdown()
+
+
+def test_a_failing_request_fails_alone_with_async_scheduling(tiny_llama_path):
+    """A request that fails inside a step (top_k 2^31 overflows the input batch's int32) joins a running
+    batch under async scheduling, where the failing step was scheduled a call earlier and another may be
+    in flight: it alone gets an error, the others finish with the tokens they get alone."""
+    import asyncio
+    from minivllm.engine.async_llm import (AsyncLLM, EngineCoreRequestType, EngineRequestError,
+                                           RequestOutputCollector, encode_request, request_to_wire)
+    from minivllm.sampling_params import RequestOutputKind
+    engine = AsyncLLM(tiny_llama_path, device="cpu", enforce_eager=True, num_threads=1,
+                      max_model_len=128, num_gpu_blocks=200, async_scheduling=True)
+    sp = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
+    prompts = [[7 + i, 3, 9, 11 + i] * 3 for i in range(4)]
+    async def tokens(prompt, request_id):
+        return [t async for out in engine.generate(prompt, sp, request_id,
+                                                   output_kind=RequestOutputKind.DELTA)
+                for t in out.outputs[0].token_ids]
+    async def alone(): return [await tokens(p, f"alone-{i}") for i, p in enumerate(prompts)]
+    async def with_poison():
+        tasks = [asyncio.create_task(tokens(p, f"batch-{i}")) for i, p in enumerate(prompts)]
+        while (await engine.get_stats())["num_running_reqs"] < 4: await asyncio.sleep(0.01)
+        poisoned = SamplingParams(temperature=1, max_tokens=8)
+        poisoned.top_k = 2**31                       # past SamplingParams' own checks
+        poison = Request("poison", [1, 2, 3], poisoned, None)
+        collector = RequestOutputCollector(asyncio.get_running_loop())
+        with engine.processor_lock:                  # around AsyncLLM.add_request's checks
+            engine.output_processor.add_request(poison, None, None, 0, collector)
+        engine._send_frames(encode_request(EngineCoreRequestType.ADD, request_to_wire(poison)))
+        with pytest.raises(EngineRequestError): await collector.get()
+        return await asyncio.gather(*tasks)
+    try:
+        expected = asyncio.run(alone())
+        assert asyncio.run(asyncio.wait_for(with_poison(), 120)) == expected
+    finally: engine.shutdown()

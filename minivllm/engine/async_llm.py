@@ -199,8 +199,14 @@ def _process_engine_step(self: EngineCoreProc) -> None:
 def _recover_from_failed_step(self: EngineCoreProc, running_before: set[str],
                               error: Exception) -> None:
     "Fail the requests new in the failed step (all of them if none was new); restart the others."
-    scheduler, runner = self.engine_core.scheduler, self.engine_core.model_executor
+    core = self.engine_core
+    scheduler, runner, step = core.scheduler, core.model_executor, core.failed_step
+    core.failed_step = None
+    core.drop_steps_in_flight()   # async scheduling: no step may still read the batch below
     running = [r.request_id for r in scheduler.running]
+    if step is not None:          # new or resumed in the failed step (it may be an earlier call's)
+        running_before = set(running) - {r.req_id for r in step.scheduled_new_reqs}
+        running_before -= step.scheduled_cached_reqs.resumed_req_ids
     failed = [rid for rid in running if rid not in running_before] or running
     scheduler.finish_requests(failed, RequestStatus.FINISHED_ABORTED)
     for request in reversed(list(scheduler.running)):   # the rest start over, in their order

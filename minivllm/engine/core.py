@@ -6,6 +6,7 @@
 from __future__ import annotations
 import gc, json, time
 from collections import deque
+from concurrent import futures
 from fastcore.basics import patch
 from dataclasses import dataclass
 import numpy as np
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 import torch
 from ..request import Request, RequestStatus
-from ..core.sched.output import EngineCoreOutputs
+from ..core.sched.output import EngineCoreOutputs, SchedulerOutput
 from ..config import CacheConfig, SchedulerConfig
 from ..core.sched.scheduler import Scheduler
 from ..core.sched.async_scheduler import AsyncScheduler
@@ -71,6 +72,7 @@ class EngineCore:
         self.batch_queue_size = getattr(model_executor, "max_concurrent_batches", 1)
         self.batch_queue = deque() if self.batch_queue_size > 1 else None
         self.step_fn = self.step if self.batch_queue is None else self.step_with_batch_queue
+        self.failed_step: SchedulerOutput | None = None   # the last step whose execution raised
 
     @property
     def scheduler_config(self): return self.scheduler.scheduler_config
@@ -107,7 +109,8 @@ class EngineCore:
         if not self.scheduler.has_requests(): return EngineCoreOutputs(), False
         scheduler_output = self.scheduler.schedule()
         self._record_scheduled(scheduler_output)
-        model_output = self.model_executor.execute_model(scheduler_output)
+        try: model_output = self.model_executor.execute_model(scheduler_output)
+        except Exception: self.failed_step = scheduler_output; raise
         engine_core_outputs = self.scheduler.update_from_output(scheduler_output, model_output)
         for observe in self.step_observers:
             observe(self.scheduler, scheduler_output, engine_core_outputs)
@@ -119,6 +122,12 @@ class EngineCore:
         for new in scheduler_output.scheduled_new_reqs:
             request = self.scheduler.requests.get(new.req_id)
             if request is not None and not request.scheduled_ts: request.scheduled_ts = now
+
+    def drop_steps_in_flight(self) -> None:
+        "Wait for the steps still in flight and drop their outputs (recovering from a failed step)."
+        while self.batch_queue:
+            future, _ = self.batch_queue.pop()
+            futures.wait([future])   # the worker is done with the batch; a result or error is moot
 
     def shutdown(self) -> None:
         "Stop the executor's worker thread, if it has one (steps in flight finish first)."
@@ -141,7 +150,8 @@ def step_with_batch_queue(self: EngineCore) -> tuple[EngineCoreOutputs, bool]:
     elif not batch_queue:
         return EngineCoreOutputs(), False
     future, scheduler_output = batch_queue.pop()
-    model_output = future.result()
+    try: model_output = future.result()
+    except Exception: self.failed_step = scheduler_output; raise
     engine_core_outputs = self.scheduler.update_from_output(scheduler_output, model_output)
     for observe in self.step_observers:
         observe(self.scheduler, scheduler_output, engine_core_outputs)
