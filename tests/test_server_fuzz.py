@@ -8,13 +8,10 @@ flight, every KV block is free, and a normal greedy request gives the same token
 Derandomized (a fixed sequence of examples, no example database), so CI sees the same requests every run.
 The model is a tiny random Llama with SmolLM2's tokenizer and chat template (a 49152-token vocabulary), so
 text prompts, chat templates, stop strings and detokenization are all reached."""
-import asyncio, json, math, shutil, time
+import asyncio, json, math, time
 import httpx, pytest, torch
 from hypothesis import HealthCheck, Phase, given, settings, strategies as st
-from minivllm.engine.async_llm import AsyncLLM
-from minivllm.entrypoints.openai.api_server import ChatCompletionRequest, CompletionRequest, build_app, serve_in_thread
-from minivllm.model_executor.model_loader import default_model_path
-from minivllm.testing.tiny_models import make_tiny_model
+from minivllm.entrypoints.openai.api_server import ChatCompletionRequest, CompletionRequest
 
 torch.set_num_threads(1)
 NUM_BATCHES, BATCH_SIZE = 110, 5          # 550 requests
@@ -26,14 +23,10 @@ sent = {"requests": 0, "status": {}}
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    "A tiny Llama with the embedded model's tokenizer, served on loopback; yields (async_llm, url)."
-    path = make_tiny_model(tmp_path_factory.mktemp("fuzz") / "tiny", vocab_size=49152)
-    for f in default_model_path().iterdir():
-        if f.name not in ("config.json", "model.safetensors", "generation_config.json"): shutil.copy(f, path)
-    with AsyncLLM(path, num_threads=1, **ENGINE) as async_llm, \
-         serve_in_thread(build_app(async_llm, "tiny")) as url:
-        yield async_llm, url
+def fuzz_server(serve_tiny, tiny_llama_smollm2_tokenizer_path):
+    "A tiny Llama with the embedded model's tokenizer, served on loopback with `ENGINE`'s options."
+    with serve_tiny(tiny_llama_smollm2_tokenizer_path, "tiny", **ENGINE) as server:
+        yield server
 
 
 # values of every JSON type, the awkward ones often
@@ -147,8 +140,8 @@ def greedy(url) -> list[int]:
     return r.json()["choices"][0]["token_ids"]
 
 
-def test_fuzz_requests(server):
-    _, url = server
+def test_fuzz_requests(fuzz_server):
+    url = fuzz_server.url
     reference = greedy(url)
     assert len(reference) == 8
 

@@ -28,7 +28,6 @@ from minivllm.outputs import RequestOutputKind
 from minivllm.request import Request
 from minivllm.sample.sampler import Sampler, SamplingMetadata
 from minivllm.sampling_params import SamplingParams
-from minivllm.testing.tiny_models import make_tiny_model
 
 ORACLE_PYTHON = Path("/tmp/oracle/venv/bin/python")
 GENERATION_CONFIG = {"eos_token_id": [0, 9, 11], "temperature": 0.6, "top_p": 0.9, "top_k": 20,
@@ -97,25 +96,24 @@ SP_FIELDS = ["seed", "temperature", "top_p", "top_k", "min_p", "max_tokens", "n"
 
 
 @pytest.fixture(scope="module")
-def tiny_path(tmp_path_factory):
-    "A tiny checkpoint whose generation_config.json reads like Qwen's, with two extra EOS ids."
-    path = make_tiny_model(tmp_path_factory.mktemp("tiny") / "tiny")
-    (path / "generation_config.json").write_text(json.dumps(GENERATION_CONFIG))
-    return path
+def tiny_gen_path(tiny_llama_with_generation_config):
+    "The tiny Llama with a generation_config.json that reads like Qwen's, with two extra EOS ids."
+    return tiny_llama_with_generation_config(GENERATION_CONFIG, "tiny_gen")
 
 
 @pytest.fixture(scope="module")
-def tiny(tiny_path):
-    return LLM(tiny_path, num_gpu_blocks_override=64, max_model_len=256, enforce_eager=True,
+def tiny_gen_llm_eager(tiny_gen_path):
+    "This file's own `LLM` over `tiny_gen_path`: eager, and with stats on (`get_metrics`)."
+    return LLM(tiny_gen_path, num_gpu_blocks_override=64, max_model_len=256, enforce_eager=True,
                disable_log_stats=False)
 
 
 @pytest.fixture(scope="module")
-def oracle(tiny_path, tmp_path_factory):
+def oracle(tiny_gen_path, tmp_path_factory):
     "vLLM 0.33's own answers, computed once in its venv."
     if not ORACLE_PYTHON.exists(): pytest.skip("no vLLM venv at /tmp/oracle/venv")
     cases = dict(sp=[kw for kw, _ in SAMPLING_CASES] + STRICTER, prompts=PROMPT_CASES,
-                 folder=str(tiny_path), fields=SP_FIELDS)
+                 folder=str(tiny_gen_path), fields=SP_FIELDS)
     run = subprocess.run([str(ORACLE_PYTHON), "-c", ORACLE, json.dumps(cases)], capture_output=True,
                          text=True, timeout=600, cwd=tmp_path_factory.mktemp("oracle"))
     line = next((l for l in run.stdout.splitlines() if l.startswith("ORACLE")), None)
@@ -187,24 +185,24 @@ def test_an_empty_prompt_list_is_an_error_not_an_empty_result():
     with pytest.raises(ValueError, match="at least one prompt"): parse_prompts([])
 
 
-def test_llm_generate_takes_every_form_and_echoes_the_ids(tiny):
+def test_llm_generate_takes_every_form_and_echoes_the_ids(tiny_gen_llm_eager):
     greedy = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
-    outs = tiny.generate([[5, 6, 7], {"prompt_token_ids": [5, 6, 7]},
+    outs = tiny_gen_llm_eager.generate([[5, 6, 7], {"prompt_token_ids": [5, 6, 7]},
                           {"prompt_token_ids": [5, 6, 7], "prompt": "five six seven"}], greedy, use_tqdm=False)
     assert [o.prompt_token_ids for o in outs] == [[5, 6, 7]] * 3
     assert [o.prompt for o in outs] == [None, None, "five six seven"]
     assert len({tuple(o.outputs[0].token_ids) for o in outs}) == 1
-    single = tiny.generate({"prompt_token_ids": [5, 6, 7]}, greedy, use_tqdm=False)   # one dict: one prompt
+    single = tiny_gen_llm_eager.generate({"prompt_token_ids": [5, 6, 7]}, greedy, use_tqdm=False)  # one dict: one prompt
     assert len(single) == 1 and single[0].outputs[0].token_ids == outs[0].outputs[0].token_ids
     with pytest.raises(TypeError, match="multi_modal_data"):
-        tiny.generate({"prompt_token_ids": [1], "multi_modal_data": {}}, greedy)
-    assert not tiny.engine_core.scheduler.has_unfinished_requests()
+        tiny_gen_llm_eager.generate({"prompt_token_ids": [1], "multi_modal_data": {}}, greedy)
+    assert not tiny_gen_llm_eager.engine_core.scheduler.has_unfinished_requests()
 
 
 # ---------------------------------------------------------------- generation_config.json
 
-def test_generation_config_defaults_equal_vllms(oracle, tiny_path):
-    found = try_get_generation_config(tiny_path)
+def test_generation_config_defaults_equal_vllms(oracle, tiny_gen_path):
+    found = try_get_generation_config(tiny_gen_path)
     assert get_diff_sampling_param(found) == oracle["defaults"]
     assert get_diff_sampling_param(found, "vllm") == oracle["defaults_vllm"] == {}
     sp = SamplingParams(stop_token_ids=[7])
@@ -212,21 +210,21 @@ def test_generation_config_defaults_equal_vllms(oracle, tiny_path):
     assert sorted(sp.stop_token_ids) == oracle["stop_token_ids"]
 
 
-def test_llm_uses_the_models_defaults_and_extra_eos(tiny):
-    d = tiny.get_default_sampling_params()
+def test_llm_uses_the_models_defaults_and_extra_eos(tiny_gen_llm_eager):
+    d = tiny_gen_llm_eager.get_default_sampling_params()
     assert (d.temperature, d.top_p, d.top_k, d.repetition_penalty, d.max_tokens) == (0.6, 0.9, 20, 1.05, 64)
-    ended = tiny.generate([[1, 2]], SamplingParams(temperature=0, logit_bias={9: 100.0}),
+    ended = tiny_gen_llm_eager.generate([[1, 2]], SamplingParams(temperature=0, logit_bias={9: 100.0}),
                           use_tqdm=False)[0].outputs[0]
     assert (ended.token_ids, ended.finish_reason, ended.stop_reason) == ([9], "stop", 9)
-    ignored = tiny.generate([[1, 2]], SamplingParams(temperature=0, max_tokens=3, ignore_eos=True,
+    ignored = tiny_gen_llm_eager.generate([[1, 2]], SamplingParams(temperature=0, max_tokens=3, ignore_eos=True,
                                                      logit_bias={9: 100.0}), use_tqdm=False)[0].outputs[0]
     assert (ignored.token_ids, ignored.finish_reason) == ([9, 9, 9], "length")
-    default = tiny.generate([[1, 2]], use_tqdm=False)[0].outputs[0]       # the model's max_tokens: 64
+    default = tiny_gen_llm_eager.generate([[1, 2]], use_tqdm=False)[0].outputs[0]       # the model's max_tokens: 64
     assert len(default.token_ids) == 64 or default.finish_reason == "stop"
 
 
-def test_generation_config_vllm_ignores_the_sampling_defaults(tiny_path):
-    llm = LLM(tiny_path, num_gpu_blocks_override=16, max_model_len=64, enforce_eager=True,
+def test_generation_config_vllm_ignores_the_sampling_defaults(tiny_gen_path):
+    llm = LLM(tiny_gen_path, num_gpu_blocks_override=16, max_model_len=64, enforce_eager=True,
               generation_config="vllm")
     assert llm.get_default_sampling_params() == SamplingParams()
     ended = llm.generate([[1, 2]], SamplingParams(temperature=0, logit_bias={11: 100.0}),
@@ -236,39 +234,40 @@ def test_generation_config_vllm_ignores_the_sampling_defaults(tiny_path):
 
 # ---------------------------------------------------------------- logits processors, seed, max_tokens=None
 
-def test_logit_bias_and_allowed_token_ids_in_a_mixed_batch(tiny):
+def test_logit_bias_and_allowed_token_ids_in_a_mixed_batch(tiny_gen_llm_eager):
     sps = [SamplingParams(temperature=0, max_tokens=5, ignore_eos=True, logit_bias={42: 100.0}),
            SamplingParams(temperature=1.0, max_tokens=5, ignore_eos=True, allowed_token_ids=[7, 8], seed=1),
            SamplingParams(temperature=0, max_tokens=5, ignore_eos=True),
            SamplingParams(temperature=0, max_tokens=5, ignore_eos=True, logit_bias={1: -1e9, 42: 3.0})]
-    outs = [o.outputs[0].token_ids for o in tiny.generate([[3, 4, 5]] * 4, sps, use_tqdm=False)]
+    outs = [o.outputs[0].token_ids for o in tiny_gen_llm_eager.generate([[3, 4, 5]] * 4, sps, use_tqdm=False)]
     assert outs[0] == [42] * 5 and set(outs[1]) <= {7, 8}
-    plain = tiny.generate([[3, 4, 5]], sps[2], use_tqdm=False)[0].outputs[0].token_ids
+    plain = tiny_gen_llm_eager.generate([[3, 4, 5]], sps[2], use_tqdm=False)[0].outputs[0].token_ids
     assert outs[2] == plain                            # its neighbours' processors did not leak into it
     assert 1 not in outs[3]
 
 
-def test_processor_ids_outside_the_vocabulary_are_refused(tiny):
-    vocab = tiny.engine_core.info["vocab_size"]
+def test_processor_ids_outside_the_vocabulary_are_refused(tiny_gen_llm_eager):
+    vocab = tiny_gen_llm_eager.engine_core.info["vocab_size"]
     for kw in [dict(logit_bias={vocab: 1.0}), dict(allowed_token_ids=[vocab])]:
-        with pytest.raises(ValueError, match=next(iter(kw))): tiny.generate([[1]], SamplingParams(**kw))
+        with pytest.raises(ValueError, match=next(iter(kw))): tiny_gen_llm_eager.generate([[1]], SamplingParams(**kw))
     with pytest.raises(ValueError, match="bad_words need a tokenizer"):
-        tiny.generate([[1]], SamplingParams(bad_words=["x"]))
-    with pytest.raises(ValueError, match="max allowed: 20"): tiny.generate([[1]], SamplingParams(logprobs=21))
+        tiny_gen_llm_eager.generate([[1]], SamplingParams(bad_words=["x"]))
+    with pytest.raises(ValueError, match="max allowed: 20"):
+        tiny_gen_llm_eager.generate([[1]], SamplingParams(logprobs=21))
 
 
-def test_seed_minus_one_is_random_and_a_seed_repeats(tiny):
+def test_seed_minus_one_is_random_and_a_seed_repeats(tiny_gen_llm_eager):
     def sample(seed):
         sp = SamplingParams(temperature=1.0, max_tokens=16, ignore_eos=True, seed=seed)
-        return tuple(tiny.generate([[3, 4]], sp, use_tqdm=False)[0].outputs[0].token_ids)
+        return tuple(tiny_gen_llm_eager.generate([[3, 4]], sp, use_tqdm=False)[0].outputs[0].token_ids)
     assert sample(5) == sample(5)
     assert len({sample(-1) for _ in range(3)}) > 1    # vLLM: -1 means unseeded
 
 
-def test_max_tokens_none_fills_the_model_length(tiny):
-    out = tiny.generate([[3, 4]], SamplingParams(temperature=0, max_tokens=None, ignore_eos=True),
+def test_max_tokens_none_fills_the_model_length(tiny_gen_llm_eager):
+    out = tiny_gen_llm_eager.generate([[3, 4]], SamplingParams(temperature=0, max_tokens=None, ignore_eos=True),
                         use_tqdm=False)[0].outputs[0]
-    assert len(out.token_ids) == tiny.max_model_len - 2 and out.finish_reason == "length"
+    assert len(out.token_ids) == tiny_gen_llm_eager.max_model_len - 2 and out.finish_reason == "length"
 
 
 def test_bad_words_through_the_tokenizer():
@@ -319,19 +318,19 @@ def test_output_kind_is_read_from_sampling_params():
     assert reports == {"CUMULATIVE": ["a", "ab"], "DELTA": ["a", "b"], "FINAL_ONLY": ["ab"]}
 
 
-def test_request_output_metrics_are_ordered_times(tiny):
-    out = tiny.generate([[3, 4]], SamplingParams(temperature=0, max_tokens=4, ignore_eos=True),
+def test_request_output_metrics_are_ordered_times(tiny_gen_llm_eager):
+    out = tiny_gen_llm_eager.generate([[3, 4]], SamplingParams(temperature=0, max_tokens=4, ignore_eos=True),
                         use_tqdm=False)[0]
     m = out.metrics
     assert m.num_generation_tokens == 4 and m.arrival_time > 0 and m.first_token_latency > 0
     assert 0 < m.queued_ts <= m.scheduled_ts <= m.first_token_ts <= m.last_token_ts
 
 
-def test_get_metrics_uses_vllms_names_and_counts(tiny):
-    before = {(m.name, m.labels.get("finished_reason")): m for m in tiny.get_metrics()}
-    tiny.generate([[3, 4, 5], [6, 7]], SamplingParams(temperature=0, max_tokens=6, ignore_eos=True),
+def test_get_metrics_uses_vllms_names_and_counts(tiny_gen_llm_eager):
+    before = {(m.name, m.labels.get("finished_reason")): m for m in tiny_gen_llm_eager.get_metrics()}
+    tiny_gen_llm_eager.generate([[3, 4, 5], [6, 7]], SamplingParams(temperature=0, max_tokens=6, ignore_eos=True),
                   use_tqdm=False)
-    after = {(m.name, m.labels.get("finished_reason")): m for m in tiny.get_metrics()}
+    after = {(m.name, m.labels.get("finished_reason")): m for m in tiny_gen_llm_eager.get_metrics()}
     delta = lambda name, reason=None: after[name, reason].value - before[name, reason].value
     assert delta("vllm:generation_tokens") == 12 and delta("vllm:prompt_tokens") == 5
     assert delta("vllm:request_success", "length") == 2
@@ -344,35 +343,35 @@ def test_get_metrics_uses_vllms_names_and_counts(tiny):
     assert after["vllm:inter_token_latency_seconds", None].count - \
         before["vllm:inter_token_latency_seconds", None].count == 10
     assert isinstance(after["vllm:num_preemptions", None], Counter)
-    assert all(m.labels["model_name"] == tiny.model_path.name for m in after.values())
+    assert all(m.labels["model_name"] == tiny_gen_llm_eager.model_path.name for m in after.values())
 
 
-def test_metrics_are_off_by_default_as_in_vllm(tiny_path):
-    llm = LLM(tiny_path, num_gpu_blocks_override=16, max_model_len=64, enforce_eager=True)
+def test_metrics_are_off_by_default_as_in_vllm(tiny_gen_path):
+    llm = LLM(tiny_gen_path, num_gpu_blocks_override=16, max_model_len=64, enforce_eager=True)
     with pytest.raises(RuntimeError, match="disable_log_stats=False"): llm.get_metrics()
 
 
 # ---------------------------------------------------------------- LLM options, engine start-up
 
-def test_llm_options_with_vllms_names(tiny_path):
+def test_llm_options_with_vllms_names(tiny_gen_path):
     with pytest.raises(ValueError, match="vllm serve"): EngineArgs(tensor_parallel_size=2)
     assert EngineArgs(tensor_parallel_size=1).tensor_parallel_size == 1
     assert EngineArgs(num_gpu_blocks=12).num_gpu_blocks_override == 12     # the old name still works
     assert EngineArgs().max_logprobs == 20 and EngineArgs().seed == 0       # vLLM's defaults
-    llm = LLM(tiny_path, num_gpu_blocks_override=16, max_model_len=64, enforce_eager=True, seed=None,
-              tokenizer=str(tiny_path), trust_remote_code=False, max_logprobs=2)
+    llm = LLM(tiny_gen_path, num_gpu_blocks_override=16, max_model_len=64, enforce_eager=True, seed=None,
+              tokenizer=str(tiny_gen_path), trust_remote_code=False, max_logprobs=2)
     assert llm.cache_config.num_gpu_blocks == 16
     with pytest.raises(ValueError, match="max allowed: 2"): llm.generate([[1]], SamplingParams(logprobs=3))
     assert gc.get_freeze_count() > 0                                         # vLLM freezes after start-up
 
 
-def test_reset_prefix_cache(tiny):
+def test_reset_prefix_cache(tiny_gen_llm_eager):
     sp = SamplingParams(temperature=0, max_tokens=2)
     prompt = [list(range(1, 40))]
-    tiny.generate(prompt, sp, use_tqdm=False)
-    assert tiny.generate(prompt, sp, use_tqdm=False)[0].num_cached_tokens == 32
-    assert tiny.reset_prefix_cache() is True
-    assert tiny.generate(prompt, sp, use_tqdm=False)[0].num_cached_tokens == 0
+    tiny_gen_llm_eager.generate(prompt, sp, use_tqdm=False)
+    assert tiny_gen_llm_eager.generate(prompt, sp, use_tqdm=False)[0].num_cached_tokens == 32
+    assert tiny_gen_llm_eager.reset_prefix_cache() is True
+    assert tiny_gen_llm_eager.generate(prompt, sp, use_tqdm=False)[0].num_cached_tokens == 0
 
 
 # ---------------------------------------------------------------- the CLI a vLLM user types
