@@ -41,6 +41,7 @@ sync-check: install
 ## README.md is rendered from nbs/index.ipynb (nbdev_readme needs Quarto, which cannot be installed here)
 readme: install
 	$(BIN)/jupyter nbconvert --to markdown --stdout nbs/index.ipynb 2>/dev/null > README.md
+	$(PY) docs/readme_figures.py
 
 readme-check: install
 	@$(BIN)/jupyter nbconvert --to markdown --stdout nbs/index.ipynb 2>/dev/null | diff -q - README.md >/dev/null
@@ -91,6 +92,13 @@ demo: install
 ## serve: OpenAI-compatible server on 127.0.0.1:8000 with the embedded model
 serve: install
 	$(BIN)/minivllm serve --port 8000
+
+## bench-cpu: bench/bench_cpu.py (issue 24): minivllm on a CPU against the machine's measured limits,
+## transformers and llama.cpp (`make llama-cpp` first), start-up cold and warm. Run it alone on the
+## machine; never part of `make test`. BENCH_ARGS="--compare-tree DIR" adds another checkout's figures.
+.PHONY: bench-cpu
+bench-cpu: install
+	$(PY) bench/bench_cpu.py $(BENCH_ARGS)
 
 ## llama-cpp: llama-cpp-python built from source, and the embedded model converted to an f32 GGUF
 ## with llama.cpp's own convert_hf_to_gguf.py (from the same sdist), for bench/bench_cpu.py's

@@ -1,8 +1,8 @@
-"""The CPU fast path: oneDNN products, the compiled decoder stack, and the engine that uses them by default.
+"""The CPU fast path: oneDNN products, the compiled decoder layer, and the engine that uses them by default.
 
 The equality tests against transformers (test_generate.py, test_model.py) already run through the compiled engine,
-since compiling is the CPU default; here: compiled equals eager on every step shape, two graphs serve every step
-(no recompilation), `enforce_eager=True` compiles nothing, and a failing compiler leaves a working eager model."""
+since compiling is the CPU default; here: compiled equals eager on every step shape, two graphs of one layer serve every layer
+of every step (no recompilation), `enforce_eager=True` compiles nothing, and a failing compiler leaves a working eager model."""
 import random
 import warnings
 
@@ -11,7 +11,8 @@ import torch
 import torch.nn.functional as F
 
 import minivllm.model_executor.models.llama as model_mod
-from minivllm.attention.backends.triton_attn import get_attn_backend, make_attn_metadata
+from minivllm.attention.backends.triton_attn import get_attn_backend
+from minivllm.worker.utils import make_attn_metadata
 from minivllm.entrypoints.llm import LLM
 from minivllm.model_executor.models.llama import (Linear, compile_and_warm_up, make_kv_caches,
     unquantized_gemm)
@@ -72,8 +73,12 @@ def test_compiled_engine_equals_eager_without_recompiling(tiny_paths_by_arch, ar
     batch = prompts([5, 40, 17, 1, 33], seed=1) + [prompts([40], seed=1)[0][:20]]   # shares a prefix
     single = prompts([9], seed=2)
     eager = LLM(d, num_gpu_blocks=64, max_num_batched_tokens=32, enforce_eager=True)
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
     compiled = LLM(d, num_gpu_blocks=64, max_num_batched_tokens=32)
-    assert "forward" not in vars(eager.model.model) and "forward" in vars(compiled.model.model)
+    # one layer's two graphs (one token, 2+ tokens) serve every layer, plus one-row logits
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs <= 3
+    layer = lambda llm: llm.model.model.layers[0]      # every layer runs one compiled layer's code
+    assert "forward" not in vars(layer(eager)) and "forward" in vars(layer(compiled))
     with torch.compiler.set_stance("fail_on_recompile"):
         got = [o.outputs[0].token_ids for o in compiled.generate(batch + single, greedy, use_tqdm=False)]
         got_single = compiled.generate(single, greedy, use_tqdm=False)[0].outputs[0].token_ids
@@ -95,7 +100,8 @@ def test_failed_compile_warns_and_runs_eagerly(tiny_llama_path, monkeypatch):
     monkeypatch.setattr(model_mod.torch, "compile", broken_compile)
     with pytest.warns(UserWarning, match="torch.compile failed, running eagerly.*no C\\+\\+ compiler"):
         assert compile_and_warm_up(model) is False
-    assert "forward" not in vars(model.model) and "compute_logits" not in vars(model)
+    assert not any("forward" in vars(layer) for layer in model.model.layers)
+    assert "compute_logits" not in vars(model) and not model.model.regional
     positions, md = make_attn_metadata([[1]], [0], [3], 16)
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -105,4 +111,4 @@ def test_failed_compile_warns_and_runs_eagerly(tiny_llama_path, monkeypatch):
 def test_only_float32_is_compiled_on_cpu(tiny_llama_path):
     "bfloat16 on a CPU runs eagerly (a compiled graph would keep float32 intermediates and change tokens)."
     llm = LLM(tiny_llama_path, dtype="bfloat16", num_gpu_blocks=16)
-    assert "forward" not in vars(llm.model.model) and "compute_logits" not in vars(llm.model)
+    assert "forward" not in vars(llm.model.model.layers[0]) and "compute_logits" not in vars(llm.model)

@@ -6,10 +6,11 @@
 __all__ = ['onednn_linear', 'ONEDNN', 'layer_attention_op', 'ARCHITECTURES', 'get_head_dim', 'rope_parameters', 'RMSNorm',
            'rope_inv_freq', 'apply_rope', 'RotaryEmbedding', 'register_op', 'unquantized_gemm', 'Linear', 'LlamaMLP',
            'layer_attention', 'LlamaAttention', 'make_kv_caches', 'LlamaDecoderLayer', 'LlamaModel', 'LlamaForCausalLM',
-           'compile_and_warm_up', 'rms_norm_triton', 'rope_triton']
+           'compile_cache_dir', 'compile_and_warm_up', 'rms_norm_triton', 'rope_triton']
 
 # %% ../../../nbs/13_model.ipynb #f11da485
-import math, warnings
+import math, os, warnings
+from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -261,6 +262,8 @@ class LlamaDecoderLayer(nn.Module):
 class LlamaModel(nn.Module):
     "Token embedding, the stack of decoder layers and the final norm."
     use_triton = False
+    regional = False        # compile_and_warm_up sets it: the first layer gets a residual too
+    mark_dynamic = False    # set during the warm-up: the layer graph then takes any token count
     def __init__(self, config):
         super().__init__()
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
@@ -270,10 +273,14 @@ class LlamaModel(nn.Module):
         self.rotary_emb = RotaryEmbedding(config)
 
     def forward(self, input_ids, positions, kv_caches):
-        x, residual = self.embed_tokens(input_ids), None
+        x = self.embed_tokens(input_ids)
+        # compiled layers: a zero residual for the first one too (x + 0 is x): one graph for all
+        residual = torch.zeros_like(x) if self.regional else None
         if self.use_triton and not torch.compiler.is_compiling():
             cos_sin = self.rotary_emb.cos_sin_cache            # the RoPE kernel indexes it itself
         else: cos_sin = self.rotary_emb(positions)            # once per step, for every layer
+        if self.mark_dynamic and x.shape[0] > 1:              # the token count is a variable
+            for t in (x, residual, positions, *cos_sin): torch._dynamo.mark_dynamic(t, 0)
         for layer, kv_cache in zip(self.layers, kv_caches, strict=True):
             x, residual = layer(x, residual, positions, cos_sin, kv_cache)
         return self.norm(x, residual)[0]
@@ -332,26 +339,34 @@ def _dummy_decode(model: LlamaForCausalLM, num_reqs: int):
                            max_query_len=1, max_seq_len=1)
     input_ids, positions = (torch.zeros(n, dtype=torch.int64, device=device) for _ in range(2))
     with torch.no_grad():
-        if n > 1:                               # one graph for every step of 2 or more tokens
-            for t in (input_ids, positions): torch._dynamo.mark_dynamic(t, 0)
-        hidden = model(input_ids, positions, metadata)
-        if n > 1: torch._dynamo.mark_dynamic(hidden, 0)
-        model.compute_logits(hidden)
+        model.compute_logits(model(input_ids, positions, metadata))   # layers mark n > 1 dynamic
+
+def compile_cache_dir() -> Path:
+    "Where PyTorch keeps compiled code: `$TORCHINDUCTOR_CACHE_DIR`, else `torch_compile/` in ours."
+    from minivllm.model_executor.model_loader import cache_dir   # (written by this chapter too)
+    return Path(os.environ.get("TORCHINDUCTOR_CACHE_DIR") or cache_dir() / "torch_compile")
 
 def compile_and_warm_up(model: LlamaForCausalLM) -> bool:
-    "torch.compile the decoder stack and the logits, now; `False`, with a warning, if that fails."
+    "torch.compile one decoder layer (shared by all layers) and one-row logits; `False` if not."
     if not model.kv_caches: raise RuntimeError("bind the KV caches before compile_and_warm_up()")
-    model.model.forward = torch.compile(model.model.forward)
-    model.compute_logits = torch.compile(model.compute_logits)
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(compile_cache_dir())   # inductor reads it lazily
+    inner = model.model
+    for layer in inner.layers: layer.forward = torch.compile(layer.forward)
+    # one row: the streamed product; more rows call oneDNN, as a graph would (no compile needed)
+    one_row, eager_logits = torch.compile(model.compute_logits), model.compute_logits
+    model.compute_logits = lambda h: (one_row if h.shape[0] == 1 else eager_logits)(h)
+    inner.regional = inner.mark_dynamic = True
     graphs = {2: "steps of 2+ tokens", 1: "single-token steps"}     # rows -> what the graph serves
     try:
         with tqdm(graphs.items(), desc="torch.compile (cached later)", disable=None) as bar:
             for n, serves in bar: bar.set_postfix_str(serves); _dummy_decode(model, n)
     except Exception as e:          # inductor needs a C++ compiler, for one
-        del model.model.forward, model.compute_logits           # back to the eager methods
+        for layer in inner.layers: del layer.forward            # back to the eager methods
+        del model.compute_logits, inner.regional
         warnings.warn(f"torch.compile failed, running eagerly ({type(e).__name__}: "
                       f"{str(e)[:200]}); enforce_eager=True skips compiling")
         return False
+    finally: inner.mark_dynamic = False
     return True
 
 # %% ../../../nbs/13_model.ipynb #aaa4d9d5

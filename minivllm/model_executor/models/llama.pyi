@@ -1,6 +1,7 @@
 """A Llama-family decoder (Llama, SmolLM2, Qwen2, Qwen3) over the paged KV cache, loading Hugging Face safetensors."""
-__all__ = ['onednn_linear', 'ONEDNN', 'layer_attention_op', 'ARCHITECTURES', 'get_head_dim', 'rope_parameters', 'RMSNorm', 'rope_inv_freq', 'apply_rope', 'RotaryEmbedding', 'register_op', 'unquantized_gemm', 'Linear', 'LlamaMLP', 'layer_attention', 'LlamaAttention', 'make_kv_caches', 'LlamaDecoderLayer', 'LlamaModel', 'LlamaForCausalLM', 'compile_and_warm_up', 'rms_norm_triton', 'rope_triton']
-import math, warnings
+__all__ = ['onednn_linear', 'ONEDNN', 'layer_attention_op', 'ARCHITECTURES', 'get_head_dim', 'rope_parameters', 'RMSNorm', 'rope_inv_freq', 'apply_rope', 'RotaryEmbedding', 'register_op', 'unquantized_gemm', 'Linear', 'LlamaMLP', 'layer_attention', 'LlamaAttention', 'make_kv_caches', 'LlamaDecoderLayer', 'LlamaModel', 'LlamaForCausalLM', 'compile_cache_dir', 'compile_and_warm_up', 'rms_norm_triton', 'rope_triton']
+import math, os, warnings
+from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -127,6 +128,8 @@ class LlamaDecoderLayer(nn.Module):
 class LlamaModel(nn.Module):
     """Token embedding, the stack of decoder layers and the final norm."""
     use_triton = False
+    regional = False
+    mark_dynamic = False
 
     def __init__(self, config):
         ...
@@ -160,8 +163,12 @@ def _dummy_decode(model: LlamaForCausalLM, num_reqs: int):
     """Run a decode step of `num_reqs` one-token requests that writes only padding slots."""
     ...
 
+def compile_cache_dir() -> Path:
+    """Where PyTorch keeps compiled code: `$TORCHINDUCTOR_CACHE_DIR`, else `torch_compile/` in ours."""
+    ...
+
 def compile_and_warm_up(model: LlamaForCausalLM) -> bool:
-    """torch.compile the decoder stack and the logits, now; `False`, with a warning, if that fails."""
+    """torch.compile one decoder layer (shared by all layers) and one-row logits; `False` if not."""
     ...
 
 @triton.jit
