@@ -11,7 +11,8 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before minivllm.attention defines its kernels
 
-from minivllm.attention.backends.triton_attn import PAD_SLOT_ID, make_attn_metadata
+from minivllm.attention.backends.triton_attn import PAD_SLOT_ID
+from minivllm.worker.utils import make_attn_metadata
 from minivllm.compilation.cuda_graph import (CUDAGraphWrapper, cudagraph_capture_sizes,
     is_uniform_decode, padded_batch_size)
 from minivllm.model_executor.model_loader import load_model

@@ -10,7 +10,7 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before minivllm defines its kernels
 
-from minivllm.attention.backends.triton_attn import make_attn_metadata
+from minivllm.worker.utils import make_attn_metadata
 from minivllm.model_executor.model_loader import load_model
 from minivllm.model_executor.models.llama import (
     LlamaAttention,

@@ -10,7 +10,7 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM, LlamaConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-from minivllm.attention.backends.triton_attn import make_attn_metadata
+from minivllm.worker.utils import make_attn_metadata
 from minivllm.model_executor.model_loader import (cache_dir, default_model_path, load_model,
     resolve_dtype)
 from minivllm.model_executor.models.llama import make_kv_caches, rope_inv_freq, rope_parameters

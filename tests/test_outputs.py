@@ -307,7 +307,7 @@ def test_bad_sampling_params_raise_value_error(kwargs, message):
 
 
 def test_values_the_engine_cannot_serve_raise_value_error(tiny_llm):
-    vocab = tiny_llm.engine_core.info["vocab_size"]
+    vocab = tiny_llm.engine_core.info.vocab_size
     with pytest.raises(ValueError, match="vocabulary"): tiny_llm.generate([[1, 2]], greedy(stop_token_ids=[vocab]))
     with pytest.raises(ValueError, match="logprobs"): tiny_llm.generate([[1, 2]], greedy(logprobs=vocab + 1))
     with pytest.raises(TypeError): SamplingParams(best_of=2)      # unsupported vLLM parameters are not swallowed

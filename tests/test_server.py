@@ -188,7 +188,7 @@ def test_engine_keeps_a_timeline_only_when_asked(tiny_server, tiny_llama_path):
     args = EngineArgs(model=str(tiny_llama_path), num_gpu_blocks=8, max_model_len=64)
     core = make_engine_core(args)
     assert not any(isinstance(o, TimelineRecorder) for o in core.step_observers)
-    assert (core.info["num_gpu_blocks"], core.info["max_model_len"]) == (8, 64)
+    assert (core.info.num_gpu_blocks, core.info.max_model_len) == (8, 64)
     core = make_engine_core(args, record_timeline=True)
     assert [type(o) for o in core.step_observers] == [TimelineRecorder]
     with pytest.raises(ValueError, match="record_timeline=True"):   # started without it

@@ -247,7 +247,7 @@ def test_logit_bias_and_allowed_token_ids_in_a_mixed_batch(tiny_gen_llm_eager):
 
 
 def test_processor_ids_outside_the_vocabulary_are_refused(tiny_gen_llm_eager):
-    vocab = tiny_gen_llm_eager.engine_core.info["vocab_size"]
+    vocab = tiny_gen_llm_eager.engine_core.info.vocab_size
     for kw in [dict(logit_bias={vocab: 1.0}), dict(allowed_token_ids=[vocab])]:
         with pytest.raises(ValueError, match=next(iter(kw))): tiny_gen_llm_eager.generate([[1]], SamplingParams(**kw))
     with pytest.raises(ValueError, match="bad_words need a tokenizer"):

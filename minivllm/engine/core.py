@@ -23,7 +23,8 @@ from ..executor.uniproc_executor import UniProcExecutor
 from ..attention.backends.triton_attn import get_attn_backend
 from ..worker.utils import make_attn_metadata
 from ..model_executor.models.llama import compile_and_warm_up, make_kv_caches
-from ..model_executor.model_loader import default_model_path, load_model
+from minivllm.model_executor.model_loader import (compile_cache_dir, default_model_path,
+    load_model)
 from ..worker.gpu_model_runner import ModelRunner
 from .arg_utils import EngineArgs
 
@@ -274,7 +275,8 @@ def build_engine_core(args: EngineArgs, eos_token_id: int | None = None) -> Engi
                          device=device, eos_token_id=eos_token_id)
     runner.initialize_kv_cache(num_blocks, args.block_size)
     float32 = model.kv_cache_spec()[3] == torch.float32
-    if device.type == "cpu" and float32 and not args.enforce_eager: compile_and_warm_up(model)
+    if device.type == "cpu" and float32 and not args.enforce_eager:
+        compile_and_warm_up(model, compile_cache_dir())
     if device.type == "cuda" and not args.enforce_eager:
         # CUDA only: CPU runs never import it
         from minivllm.compilation.cuda_graph import CUDAGraphWrapper

@@ -2,6 +2,7 @@
 from __future__ import annotations
 import gc, json, time
 from collections import deque
+from concurrent import futures
 from fastcore.basics import patch
 from dataclasses import dataclass
 import numpy as np
@@ -10,7 +11,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 import torch
 from ..request import Request, RequestStatus
-from ..core.sched.output import EngineCoreOutputs
+from ..core.sched.output import EngineCoreOutputs, SchedulerOutput
 from ..config import CacheConfig, SchedulerConfig
 from ..core.sched.scheduler import Scheduler
 from ..core.sched.async_scheduler import AsyncScheduler
@@ -18,7 +19,7 @@ from ..executor.uniproc_executor import UniProcExecutor
 from ..attention.backends.triton_attn import get_attn_backend
 from ..worker.utils import make_attn_metadata
 from ..model_executor.models.llama import compile_and_warm_up, make_kv_caches
-from ..model_executor.model_loader import default_model_path, load_model
+from minivllm.model_executor.model_loader import compile_cache_dir, default_model_path, load_model
 from ..worker.gpu_model_runner import ModelRunner
 from .arg_utils import EngineArgs
 __all__ = ['DEFAULT_CPU_KV_CACHE_BYTES', 'TOKENIZER_FILES', 'SAMPLING_DEFAULT_FIELDS', 'kv_cache_bytes_per_block', 'num_blocks_for', 'EngineInfo', 'EngineCore', 'resolve_model_path', 'load_tokenizer', 'resolve_device', 'check_engine_args', 'profile_seq_lens', 'profile_kv_cache_memory', 'default_max_num_batched_tokens', 'num_gpu_blocks_for', 'build_engine_core', 'try_get_generation_config', 'get_diff_sampling_param']
@@ -88,6 +89,10 @@ class EngineCore:
 
     def _record_scheduled(self, scheduler_output) -> None:
         """vLLM's SCHEDULED event: the time a request is first scheduled."""
+        ...
+
+    def drop_steps_in_flight(self) -> None:
+        """Wait for the steps still in flight and drop their outputs (recovering from a failed step)."""
         ...
 
     def shutdown(self) -> None:

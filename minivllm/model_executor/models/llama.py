@@ -6,7 +6,7 @@
 __all__ = ['onednn_linear', 'ONEDNN', 'layer_attention_op', 'ARCHITECTURES', 'get_head_dim', 'rope_parameters', 'RMSNorm',
            'rope_inv_freq', 'apply_rope', 'RotaryEmbedding', 'register_op', 'unquantized_gemm', 'Linear', 'LlamaMLP',
            'layer_attention', 'LlamaAttention', 'make_kv_caches', 'LlamaDecoderLayer', 'LlamaModel', 'LlamaForCausalLM',
-           'compile_cache_dir', 'compile_and_warm_up', 'rms_norm_triton', 'rope_triton']
+           'compile_and_warm_up', 'rms_norm_triton', 'rope_triton']
 
 # %% ../../../nbs/13_model.ipynb #f11da485
 import math, os, warnings
@@ -341,15 +341,10 @@ def _dummy_decode(model: LlamaForCausalLM, num_reqs: int):
     with torch.no_grad():
         model.compute_logits(model(input_ids, positions, metadata))   # layers mark n > 1 dynamic
 
-def compile_cache_dir() -> Path:
-    "Where PyTorch keeps compiled code: `$TORCHINDUCTOR_CACHE_DIR`, else `torch_compile/` in ours."
-    from minivllm.model_executor.model_loader import cache_dir   # (written by this chapter too)
-    return Path(os.environ.get("TORCHINDUCTOR_CACHE_DIR") or cache_dir() / "torch_compile")
-
-def compile_and_warm_up(model: LlamaForCausalLM) -> bool:
+def compile_and_warm_up(model: LlamaForCausalLM, cache: Path | None = None) -> bool:
     "torch.compile one decoder layer (shared by all layers) and one-row logits; `False` if not."
     if not model.kv_caches: raise RuntimeError("bind the KV caches before compile_and_warm_up()")
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(compile_cache_dir())   # inductor reads it lazily
+    if cache is not None: os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache)   # read lazily
     inner = model.model
     for layer in inner.layers: layer.forward = torch.compile(layer.forward)
     # one row: the streamed product; more rows call oneDNN, as a graph would (no compile needed)

@@ -1,5 +1,5 @@
 """A Llama-family decoder (Llama, SmolLM2, Qwen2, Qwen3) over the paged KV cache, loading Hugging Face safetensors."""
-__all__ = ['onednn_linear', 'ONEDNN', 'layer_attention_op', 'ARCHITECTURES', 'get_head_dim', 'rope_parameters', 'RMSNorm', 'rope_inv_freq', 'apply_rope', 'RotaryEmbedding', 'register_op', 'unquantized_gemm', 'Linear', 'LlamaMLP', 'layer_attention', 'LlamaAttention', 'make_kv_caches', 'LlamaDecoderLayer', 'LlamaModel', 'LlamaForCausalLM', 'compile_cache_dir', 'compile_and_warm_up', 'rms_norm_triton', 'rope_triton']
+__all__ = ['onednn_linear', 'ONEDNN', 'layer_attention_op', 'ARCHITECTURES', 'get_head_dim', 'rope_parameters', 'RMSNorm', 'rope_inv_freq', 'apply_rope', 'RotaryEmbedding', 'register_op', 'unquantized_gemm', 'Linear', 'LlamaMLP', 'layer_attention', 'LlamaAttention', 'make_kv_caches', 'LlamaDecoderLayer', 'LlamaModel', 'LlamaForCausalLM', 'compile_and_warm_up', 'rms_norm_triton', 'rope_triton']
 import math, os, warnings
 from pathlib import Path
 import torch
@@ -163,11 +163,7 @@ def _dummy_decode(model: LlamaForCausalLM, num_reqs: int):
     """Run a decode step of `num_reqs` one-token requests that writes only padding slots."""
     ...
 
-def compile_cache_dir() -> Path:
-    """Where PyTorch keeps compiled code: `$TORCHINDUCTOR_CACHE_DIR`, else `torch_compile/` in ours."""
-    ...
-
-def compile_and_warm_up(model: LlamaForCausalLM) -> bool:
+def compile_and_warm_up(model: LlamaForCausalLM, cache: Path | None=None) -> bool:
     """torch.compile one decoder layer (shared by all layers) and one-row logits; `False` if not."""
     ...
 
