@@ -15,7 +15,13 @@ session and shared by the test files:
   `tiny_llama_path` with `TINY_SERVER_ARGS` behind the OpenAI server, serving the name "tiny".
 - `serve_tiny`: starts another one, `with serve_tiny(path, **engine_args) as server: ...`.
 
-The folders are never written to. `tiny_llm` and `tiny_server` are shared by several files: send
+And the embedded SmolLM2-135M-Instruct (real weights and tokenizer: text, stop strings, chat), for
+the tests that read what it says:
+
+- `smollm2_llm`: an `LLM` with `SMOLLM2_LLM_ARGS`.
+- `smollm2_server`: a `TinyServer` over it with `SMOLLM2_SERVER_ARGS`, serving its folder's name.
+
+The folders are never written to. The engines and servers are shared by several files: send
 them requests, which leave the engine as they found it (idle, every block free). A test that needs
 a fresh engine or other options builds its own from a path fixture (`LLM(tiny_llama_path, ...)`,
 `serve_tiny(...)`), so nothing it does reaches another file.
@@ -38,6 +44,8 @@ torch.manual_seed(0)
 ARCH_SEEDS = {"LlamaForCausalLM": 0, "Qwen2ForCausalLM": 1, "Qwen3ForCausalLM": 2}
 TINY_LLM_ARGS = dict(num_gpu_blocks=64, max_model_len=256)
 TINY_SERVER_ARGS = dict(num_gpu_blocks=320, max_model_len=1024, seed=0)
+SMOLLM2_LLM_ARGS = dict(num_gpu_blocks=96, max_model_len=512)
+SMOLLM2_SERVER_ARGS = dict(num_gpu_blocks=128, max_model_len=1024, seed=0)
 
 
 def _tiny_checkpoint(tmp_path_factory, kind: str, name: str, **kwargs) -> Path:
@@ -150,4 +158,19 @@ def serve_tiny():
 def tiny_server(serve_tiny, tiny_llama_path):
     "`tiny_llama_path` behind an `AsyncLLM` with `TINY_SERVER_ARGS` and the server, named tiny."
     with serve_tiny(tiny_llama_path, "tiny", **TINY_SERVER_ARGS) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def smollm2_llm():
+    "An `LLM` over the embedded SmolLM2-135M-Instruct with `SMOLLM2_LLM_ARGS`."
+    from minivllm.entrypoints.llm import LLM
+    return LLM(**SMOLLM2_LLM_ARGS)
+
+
+@pytest.fixture(scope="session")
+def smollm2_server(serve_tiny):
+    "The embedded SmolLM2-135M-Instruct behind an `AsyncLLM` with `SMOLLM2_SERVER_ARGS` and the server."
+    from minivllm.model_executor.model_loader import DEFAULT_MODEL, default_model_path
+    with serve_tiny(default_model_path(), DEFAULT_MODEL, **SMOLLM2_SERVER_ARGS) as server:
         yield server

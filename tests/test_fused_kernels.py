@@ -13,8 +13,6 @@ if not torch.cuda.is_available():
 from minivllm.worker.utils import make_attn_metadata
 from minivllm.model_executor.model_loader import load_model
 from minivllm.model_executor.models.llama import (
-    LlamaAttention,
-    LlamaModel,
     RMSNorm,
     RotaryEmbedding,
     apply_rope,

@@ -16,7 +16,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from minivllm.core.block_pool import (BlockPool, FreeKVCacheBlockQueue, KVCacheBlock,
     get_request_block_hasher)
-from minivllm.core.kv_cache_manager import KVCacheManager, cdiv
+from minivllm.core.kv_cache_manager import KVCacheManager
 from minivllm.request import Request
 from minivllm.testing.block_pool import ClassicFreeOrderBlockPool
 

@@ -5,9 +5,7 @@ The field lists are vLLM 0.33.0's pydantic models, `list(CompletionRequest.model
 vllm/entrypoints/openai/completion/protocol.py and `list(ChatCompletionRequest.model_fields)` of
 vllm/entrypoints/openai/chat_completion/protocol.py, printed once from /tmp/oracle/venv and pasted here."""
 import httpx, pytest, torch
-from minivllm.engine.async_llm import AsyncLLM
-from minivllm.entrypoints.openai.api_server import (ChatCompletionRequest, CompletionRequest, UNSUPPORTED,
-                                                    build_app, serve_in_thread)
+from minivllm.entrypoints.openai.api_server import ChatCompletionRequest, CompletionRequest, UNSUPPORTED
 
 torch.set_num_threads(1)
 VLLM_VERSION = "0.33.0"
@@ -82,10 +80,8 @@ HONOURED = {
 
 
 @pytest.fixture(scope="module")
-def url():
-    with AsyncLLM(num_threads=1, num_gpu_blocks=128, max_model_len=1024, seed=0) as async_llm, \
-         serve_in_thread(build_app(async_llm)) as url:
-        yield url
+def url(smollm2_server):
+    return smollm2_server.url
 
 
 def base(chat: bool) -> dict:

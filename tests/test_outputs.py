@@ -11,18 +11,10 @@ import torch
 from minivllm.entrypoints.llm import LLM
 from minivllm.engine.arg_utils import EngineArgs
 from minivllm.outputs import RequestOutputKind
-from minivllm.engine.async_llm import AsyncLLM
 from minivllm.sampling_params import SamplingParams
 
 
-ENGINE = dict(num_gpu_blocks=96, max_model_len=512)
 PROMPT = "Write a list of five fruits, one per line:"
-
-
-@pytest.fixture(scope="module")
-def smol():
-    "The embedded SmolLM2 (it has a tokenizer: stop strings and decoded tokens need one)."
-    return LLM(**ENGINE)
 
 
 def greedy(max_tokens=24, **kw):
@@ -78,22 +70,21 @@ def straddling_stop(tokenizer, token_ids):
     raise AssertionError("no straddling pair found")
 
 
-def test_stop_string_across_token_boundary_llm_and_async_llm(smol):
-    full = one(smol, PROMPT, greedy(40))
-    stop = straddling_stop(smol.get_tokenizer(), full.token_ids)
+def test_stop_string_across_token_boundary_llm_and_async_llm(smollm2_llm, smollm2_server):
+    full = one(smollm2_llm, PROMPT, greedy(40))
+    stop = straddling_stop(smollm2_llm.get_tokenizer(), full.token_ids)
     cut = full.text.index(stop)
-    out = one(smol, PROMPT, greedy(40, stop=[stop]))
+    out = one(smollm2_llm, PROMPT, greedy(40, stop=[stop]))
     assert (out.text, out.finish_reason, out.stop_reason) == (full.text[:cut], "stop", stop)
     assert len(out.token_ids) < len(full.token_ids)              # it stopped early ...
-    assert not smol.engine_core.scheduler.has_unfinished_requests()   # ... and the engine freed it
-    pool = smol.engine_core.scheduler.kv_cache_manager.block_pool
-    assert pool.get_num_free_blocks() == smol.cache_config.num_gpu_blocks - 1
-    kept = one(smol, PROMPT, greedy(40, stop=[stop], include_stop_str_in_output=True))
+    assert not smollm2_llm.engine_core.scheduler.has_unfinished_requests()   # ... and the engine freed it
+    pool = smollm2_llm.engine_core.scheduler.kv_cache_manager.block_pool
+    assert pool.get_num_free_blocks() == smollm2_llm.cache_config.num_gpu_blocks - 1
+    kept = one(smollm2_llm, PROMPT, greedy(40, stop=[stop], include_stop_str_in_output=True))
     assert kept.text == full.text[:cut + len(stop)]
 
     async def streamed(sp, kind):
-        with AsyncLLM(num_threads=1, **ENGINE) as async_llm:
-            return [o async for o in async_llm.generate(PROMPT, sp, output_kind=kind)]
+        return [o async for o in smollm2_server.async_llm.generate(PROMPT, sp, output_kind=kind)]
     deltas = asyncio.run(streamed(greedy(40, stop=[stop]), RequestOutputKind.DELTA))
     assert "".join(d.outputs[0].text for d in deltas) == out.text
     assert [t for d in deltas for t in d.outputs[0].token_ids] == out.token_ids
@@ -104,23 +95,23 @@ def test_stop_strings_need_a_tokenizer(tiny_llm):
     with pytest.raises(ValueError, match="need a tokenizer"): tiny_llm.generate([[1, 2]], greedy(stop=["x"]))
 
 
-def test_stop_token_ids_end_with_the_id_as_stop_reason(smol):
-    full = one(smol, PROMPT, greedy(30))
+def test_stop_token_ids_end_with_the_id_as_stop_reason(smollm2_llm):
+    full = one(smollm2_llm, PROMPT, greedy(30))
     i = next(i for i in range(3, 30) if full.token_ids[i] not in full.token_ids[:i])   # a first occurrence
     stop_id = full.token_ids[i]
-    out = one(smol, PROMPT, greedy(30, stop_token_ids=[stop_id]))
+    out = one(smollm2_llm, PROMPT, greedy(30, stop_token_ids=[stop_id]))
     assert out.token_ids == full.token_ids[:i + 1] and (out.finish_reason, out.stop_reason) == ("stop", stop_id)
-    tok = smol.get_tokenizer()
+    tok = smollm2_llm.get_tokenizer()
     assert out.text == tok.decode(full.token_ids[:i], skip_special_tokens=True)   # its text is left out
-    with_stop = one(smol, PROMPT, greedy(30, stop_token_ids=[stop_id], include_stop_str_in_output=True))
+    with_stop = one(smollm2_llm, PROMPT, greedy(30, stop_token_ids=[stop_id], include_stop_str_in_output=True))
     assert with_stop.text == tok.decode(full.token_ids[:i + 1], skip_special_tokens=True)
 
 
 # ---------------------------------------------------------------- logprobs
 
-def test_logprobs_shape(smol):
-    tok, k = smol.get_tokenizer(), 3
-    out = smol.generate(PROMPT, greedy(8, logprobs=k, prompt_logprobs=2), use_tqdm=False)[0]
+def test_logprobs_shape(smollm2_llm):
+    tok, k = smollm2_llm.get_tokenizer(), 3
+    out = smollm2_llm.generate(PROMPT, greedy(8, logprobs=k, prompt_logprobs=2), use_tqdm=False)[0]
     c = out.outputs[0]
     assert len(c.logprobs) == len(c.token_ids) == 8
     for token_id, step in zip(c.token_ids, c.logprobs):
@@ -287,14 +278,14 @@ def test_every_sampling_param_has_a_check():
 
 
 @pytest.fixture(scope="module")
-def base(smol):
+def base(smollm2_llm):
     "The greedy answer to PROMPT, 16 tokens."
-    return one(smol, PROMPT, greedy(16))
+    return one(smollm2_llm, PROMPT, greedy(16))
 
 
 @pytest.mark.parametrize("field", sorted(FIELD_CHECKS))
-def test_llm_honours_sampling_param(smol, base, field):
-    FIELD_CHECKS[field](smol, base)
+def test_llm_honours_sampling_param(smollm2_llm, base, field):
+    FIELD_CHECKS[field](smollm2_llm, base)
 
 
 @pytest.mark.parametrize("kwargs, message", [

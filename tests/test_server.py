@@ -9,15 +9,7 @@ from minivllm.sampling_params import RequestOutputKind
 from minivllm.entrypoints.openai.api_server import build_app, serve_in_thread
 
 torch.set_num_threads(1)
-EMBEDDED = dict(num_gpu_blocks=128, max_model_len=1024, seed=0)
 GREEDY = SamplingParams(temperature=0, max_tokens=16)
-
-
-@pytest.fixture(scope="module")
-def embedded():
-    "The embedded SmolLM2 behind an AsyncLLM and a server; yields (async_llm, url)."
-    with AsyncLLM(num_threads=1, **EMBEDDED) as async_llm, serve_in_thread(build_app(async_llm)) as url:
-        yield async_llm, url
 
 
 async def collect(async_llm, prompt, sp, **kw):
@@ -28,12 +20,12 @@ async def collect(async_llm, prompt, sp, **kw):
             len(deltas), deltas[-1])
 
 
-def test_stream_matches_llm_generate(embedded):
-    async_llm, _ = embedded
+def test_stream_matches_llm_generate(smollm2_server):
+    async_llm = smollm2_server.async_llm
     prompts = ["The capital of France is", "def fibonacci(n):"]
     async def run(): return await asyncio.gather(*(collect(async_llm, p, GREEDY) for p in prompts))
     streamed = asyncio.run(run())
-    expected = LLM(**EMBEDDED).generate(prompts, GREEDY, use_tqdm=False)
+    expected = LLM(**smollm2_server.engine_args).generate(prompts, GREEDY, use_tqdm=False)
     for (tokens, text, num_deltas, last), ref in zip(streamed, expected):
         assert tokens == ref.outputs[0].token_ids and text == ref.outputs[0].text
         assert num_deltas == len(tokens) and last.finished and last.outputs[0].finish_reason == ref.outputs[0].finish_reason
@@ -52,8 +44,8 @@ def test_stream_matches_llm_tiny_seeded(tiny_server):
     assert streamed == expected
 
 
-def test_stop_strings_and_validation(embedded):
-    async_llm, _ = embedded
+def test_stop_strings_and_validation(smollm2_server):
+    async_llm = smollm2_server.async_llm
     sp = SamplingParams(temperature=0, max_tokens=20)
     _, full, _, _ = asyncio.run(collect(async_llm, "Count: 1, 2, 3,", sp))
     stop = full[full.index(",") + 1:][:3]     # a string the model does produce
@@ -64,8 +56,8 @@ def test_stop_strings_and_validation(embedded):
         with pytest.raises(ValueError, match=message): asyncio.run(collect(async_llm, prompt, sp))
 
 
-def test_openai_client(embedded):
-    _, url = embedded
+def test_openai_client(smollm2_server):
+    url = smollm2_server.url
     client = openai.OpenAI(base_url=f"{url}/v1", api_key="EMPTY", max_retries=0)
     model = client.models.list().data[0].id
     kw = dict(model=model, max_tokens=8, temperature=0)
@@ -236,15 +228,15 @@ def test_n_and_logprobs_tiny(tiny_server):
     assert streamed == {c.index: c.logprobs.tokens for c in whole.choices}
 
 
-def test_chat_logprobs_and_n_embedded(embedded):
-    _, url = embedded
+def test_chat_logprobs_and_n_embedded(smollm2_server):
+    url = smollm2_server.url
     client = openai.OpenAI(base_url=f"{url}/v1", api_key="EMPTY", max_retries=0)
     messages = [{"role": "user", "content": "Name a colour."}]
     kw = dict(model=client.models.list().data[0].id, messages=messages, max_tokens=6, temperature=0,
               logprobs=True, top_logprobs=2, extra_body={"ignore_eos": True})
     chat = client.chat.completions.create(**kw)
     content = chat.choices[0].logprobs.content
-    specials = set(embedded[0].get_tokenizer().all_special_tokens)   # in the tokens, not in the text
+    specials = set(smollm2_server.async_llm.get_tokenizer().all_special_tokens)   # in the tokens, not in the text
     text = "".join(e.token for e in content if e.token not in specials)
     assert text == chat.choices[0].message.content and len(content) == 6
     assert all(e.top_logprobs[0].token == e.token and len(e.top_logprobs) == 2 for e in content)   # greedy
@@ -320,9 +312,9 @@ def test_async_llm_caps_logprobs_at_its_max_logprobs(tiny_gen_server):
         asyncio.run(async_llm.add_request("x", [1, 2], SamplingParams(logprobs=3)))
 
 
-def test_async_llm_honours_bad_words(embedded):
+def test_async_llm_honours_bad_words(smollm2_server):
     "bad_words are tokenized by prepare_sampling_params and never produced (they used to be ignored)."
-    async_llm, _ = embedded
+    async_llm = smollm2_server.async_llm
     sp = SamplingParams(temperature=0, max_tokens=8, output_kind=RequestOutputKind.FINAL_ONLY)
     free = asyncio.run(_all(async_llm, "The capital of France is", sp))[-1].outputs[0]
     word = free.text.split()[0]
@@ -391,8 +383,8 @@ def test_prompt_arrays_prompt_logprobs_and_echo(tiny_server):
     check_400(_post(url, {"prompt": [1, 2, 3], "echo": True}), "tokenizer")   # ids, no tokenizer to show them
 
 
-def test_echo_and_bad_words_embedded(embedded):
-    _, url = embedded
+def test_echo_and_bad_words_embedded(smollm2_server):
+    url = smollm2_server.url
     prompt = "The capital of France is"
     body = {"prompt": prompt, "max_tokens": 3, "temperature": 0}
     plain = _post(url, body).json()["choices"][0]["text"]
@@ -409,9 +401,9 @@ def test_echo_and_bad_words_embedded(embedded):
     assert not banned.lstrip().startswith(word), (plain, banned)
 
 
-def test_chat_template_options(embedded):
+def test_chat_template_options(smollm2_server):
     "add_generation_prompt, continue_final_message, echo and chat_template as vLLM's chat endpoint."
-    async_llm, url = embedded
+    async_llm, url = smollm2_server.async_llm, smollm2_server.url
     tok = async_llm.get_tokenizer()
     messages = [{"role": "user", "content": "Say hello."}, {"role": "assistant", "content": "Hello! My name"}]
     body = {"messages": messages, "max_tokens": 4, "temperature": 0}
@@ -468,8 +460,8 @@ def test_sampling_fields_reach_the_engine(tiny_server):
     assert plain.outputs[0].token_ids != got        # the knobs changed something
 
 
-def test_skip_special_tokens_reaches_the_engine(embedded):
-    async_llm, url = embedded
+def test_skip_special_tokens_reaches_the_engine(smollm2_server):
+    async_llm, url = smollm2_server.async_llm, smollm2_server.url
     eos = async_llm.get_tokenizer().eos_token
     eos_id = async_llm.get_tokenizer().eos_token_id
     body = {"prompt": "Hi", "max_tokens": 2, "temperature": 0, "ignore_eos": True, "logit_bias": {str(eos_id): 100}}

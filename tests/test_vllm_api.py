@@ -8,7 +8,6 @@ it are skipped elsewhere. The rest states vLLM 0.33's documented behaviour, with
 from."""
 import gc
 import json
-import math
 import subprocess
 import textwrap
 from pathlib import Path

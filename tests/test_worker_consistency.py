@@ -10,7 +10,6 @@ chunked prefill, prefix hits and aborts all happen. After every step we check:
 - greedy outputs equal `HistoryModel.greedy_reference` (so every KV read and write was right);
 - `min_tokens` requests never emit EOS too early.
 """
-import numpy as np
 import torch
 from hypothesis import given, settings, strategies as st
 
