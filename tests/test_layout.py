@@ -14,6 +14,7 @@ VLLM_NAMESAKES = {
     "request.py": "vllm/v1/request.py",
     "sampling_params.py": "vllm/sampling_params.py",
     "outputs.py": "vllm/outputs.py",
+    "inputs/data.py": "vllm/inputs/data.py",
     "config.py": "vllm/config",
     "forward_context.py": "vllm/forward_context.py",
     "core/block_pool.py": "vllm/v1/core/block_pool.py",
@@ -138,7 +139,8 @@ def test_editors_see_whole_classes():
 # Layers from the bottom up; a module may import its own layer and those below, never one above
 # (lazy imports inside functions count too).
 # Metrics' stats sit with the outputs (vLLM's `RequestOutput` carries them).
-LAYERS = [("utils",), ("request", "sampling_params", "config", "outputs", "core", "metrics.stats"),
+LAYERS = [("utils",), ("request", "sampling_params", "config", "inputs", "outputs", "core",
+                       "metrics.stats"),
           ("attention", "forward_context"), ("model_executor", "sample"), ("worker",),
           ("compilation",), ("executor",), ("engine", "metrics"), ("entrypoints", "benchmarks")]
 
