@@ -3,7 +3,7 @@
 # %% auto #0
 __all__ = ['TextPrompt', 'TokensPrompt']
 
-# %% ../../nbs/23_llm.ipynb #2a06b8ad
+# %% ../../nbs/23_llm.ipynb #0d676556
 from typing import TypedDict, NotRequired
 
 class TextPrompt(TypedDict):
