@@ -14,7 +14,7 @@ except PackageNotFoundError: __version__ = "unknown"   # a checkout on PYTHONPAT
 
 PUBLIC_API = {  # module -> the names it contributes to `minivllm`
     "sampling_params": ["SamplingParams"],
-    "inputs.data": ["TextPrompt", "TokensPrompt"],
+    "inputs.llm": ["TextPrompt", "TokensPrompt"],
     "request": ["RequestStatus", "Request"],
     "core.sched.output": ["SchedulerOutput", "NewRequestData", "CachedRequestData",
                          "ModelRunnerOutput", "EngineCoreOutput", "EngineCoreOutputs",

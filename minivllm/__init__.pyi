@@ -1,5 +1,5 @@
 from .sampling_params import SamplingParams as SamplingParams
-from .inputs.data import TextPrompt as TextPrompt, TokensPrompt as TokensPrompt
+from .inputs.llm import TextPrompt as TextPrompt, TokensPrompt as TokensPrompt
 from .request import RequestStatus as RequestStatus, Request as Request
 from .core.sched.output import SchedulerOutput as SchedulerOutput, NewRequestData as NewRequestData, CachedRequestData as CachedRequestData, ModelRunnerOutput as ModelRunnerOutput, EngineCoreOutput as EngineCoreOutput, EngineCoreOutputs as EngineCoreOutputs, SchedulerStats as SchedulerStats, Logprob as Logprob, LogprobsLists as LogprobsLists
 from .core.block_pool import NONE_HASH as NONE_HASH, hash_block_tokens as hash_block_tokens, get_request_block_hasher as get_request_block_hasher, KVCacheBlock as KVCacheBlock, FreeKVCacheBlockQueue as FreeKVCacheBlockQueue, BlockPool as BlockPool

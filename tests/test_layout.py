@@ -14,7 +14,7 @@ VLLM_NAMESAKES = {
     "request.py": "vllm/v1/request.py",
     "sampling_params.py": "vllm/sampling_params.py",
     "outputs.py": "vllm/outputs.py",
-    "inputs/data.py": "vllm/inputs/data.py",
+    "inputs/llm.py": "vllm/inputs/llm.py",
     "config.py": "vllm/config",
     "forward_context.py": "vllm/forward_context.py",
     "core/block_pool.py": "vllm/v1/core/block_pool.py",
