@@ -1,5 +1,6 @@
 """Paged attention: Triton kernels (interpreter on CPU, native on CUDA) and the torch backend vs the reference."""
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -281,73 +282,24 @@ def test_triton_native_fp32_is_ieee():
     run_step(get_attn_backend("triton", "cuda"), MIXED_Q, MIXED_CTX, torch.float32, device="cuda", num_kv_heads=2, qpk=3)
 
 
-COMPILE_SCRIPT = r"""
-import os, re, subprocess, sys, tempfile
-os.environ["TRITON_INTERPRET"] = "0"
-import torch, triton
-from triton.compiler import ASTSource
-from triton.backends.compiler import GPUTarget
-from triton.backends.nvidia import compiler as nvidia
-import minivllm.attention.backends.triton_attn as A
-PTXAS = os.path.join(os.path.dirname(nvidia.__file__), "bin", "ptxas")
-TARGET = GPUTarget("cuda", 90, 32)
-STRIDES = lambda kernel: {s: "i32" for s in kernel.arg_names if s.startswith("stride")}
-
-def spills(kernel, sig, cx, num_warps=4):
-    "Compile for sm_90 and return the bytes ptxas reports spilled (stores + loads)."
-    sig = {**sig, **STRIDES(kernel), **{k: "constexpr" for k in cx}}
-    k = triton.compile(ASTSource(kernel, sig, constexprs=cx), target=TARGET, options={"num_warps": num_warps})
-    with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f: f.write(k.asm["ptx"])
-    r = subprocess.run([PTXAS, "-arch=sm_90a", "-v", f.name, "-o", os.devnull], capture_output=True, text=True)
-    m = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", r.stderr)
-    assert r.returncode == 0 and m, r.stderr[-2000:]
-    return int(m[1]) + int(m[2])
-
-TORCH = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
-bad = []
-for dt in ["fp16", "bf16", "fp32"]:
-    for head in [64, 128, 256]:
-        for kind in ["prefill", "decode", "split_kv"]:
-            cfg = A.kernel_config(kind, TORCH[dt], head)
-            qpk = 3 if kind == "prefill" else 4
-            common = dict(QPK=qpk, BLOCK_M=cfg.block_m, TILE=cfg.tile, BLOCK_SIZE=16, HEAD_DIM=head,
-                          HEAD_PAD=head, UPCAST=False, IEEE=dt == "fp32")
-            if kind == "split_kv":
-                sig = dict(q_ptr=f"*{dt}", cache_ptr=f"*{dt}", cu_q_ptr="*i32", seq_lens_ptr="*i32",
-                           bt_ptr="*i32", scale="fp32", acc_ptr="*fp32", m_ptr="*fp32", l_ptr="*fp32",
-                           num_heads="i32")
-                n = spills(A._split_kv_decode_kernel, sig,
-                           dict(common, NUM_SEGMENTS=A.SPLIT_KV_NUM_SEGMENTS), cfg.num_warps)
-            else:
-                sig = dict(q_ptr=f"*{dt}", cache_ptr=f"*{dt}", out_ptr=f"*{dt}", cu_q_ptr="*i32",
-                           seq_lens_ptr="*i32", bt_ptr="*i32", scale="fp32", num_seqs="i32")
-                n = spills(A._unified_attention_kernel, sig, dict(common, BLOCK_Q=cfg.block_m // qpk),
-                           cfg.num_warps)
-            print(dt, head, kind, cfg, "spilled", n, flush=True)
-            if n: bad.append((dt, head, kind, n))
-        sig = dict(out_ptr=f"*{dt}", cu_q_ptr="*i32", acc_ptr="*fp32", m_ptr="*fp32", l_ptr="*fp32",
-                   num_heads="i32")
-        n = spills(A._reduce_segments_kernel, sig,
-                   dict(HEAD_DIM=head, HEAD_PAD=head, NUM_SEGMENTS=A.SPLIT_KV_NUM_SEGMENTS))
-        if n: bad.append((dt, head, "reduce", n))
-    sig = dict(key_ptr=f"*{dt}", value_ptr=f"*{dt}", cache_ptr=f"*{dt}", slot_ptr="*i64")
-    n = spills(A._reshape_and_cache_kernel, sig, dict(BLOCK_SIZE=16, NUM_KV_HEADS=3, HEAD_DIM=64, TILE=256))
-    if n: bad.append((dt, "reshape_and_cache", n))
-print("spilled:", bad)
-"""
+GPU_CHECK = Path(__file__).resolve().parents[1] / "bench" / "gpu_check.py"
 
 
 @pytest.mark.skipif(CUDA, reason="on a GPU the native tests compile and run the kernels")
-def test_every_kernel_config_compiles_for_sm90_without_spills():
-    "Every entry of KERNEL_CONFIGS (and the reduce and write kernels) compiles for sm_90 on a CPU, 0 bytes spilled."
-    import subprocess, sys
+def test_every_kernel_config_compiles_for_sm90_without_spills(tmp_path):
+    """Every entry of KERNEL_CONFIGS (and the reduce and write kernels) compiles for sm_90 on a CPU with
+    the pinned Triton, 0 bytes spilled: the GPU check's stage k (`make gpu-rehearsal` runs it with
+    the device's Triton)."""
+    import json, subprocess, sys
     try:
         from triton.backends.nvidia.compiler import CUDABackend  # noqa: F401
     except Exception:
         pytest.skip("triton's CUDA backend is not installed")
-    r = subprocess.run([sys.executable, "-c", COMPILE_SCRIPT], capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert "spilled: []" in r.stdout, r.stdout[-3000:]
+    r = subprocess.run([sys.executable, str(GPU_CHECK), "k", "--work", str(tmp_path), "--budget", "900"],
+                       capture_output=True, text=True, timeout=1200)
+    items = json.loads((tmp_path / "k.json").read_text())["items"]
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    assert len(items) == 39 and all(v["spilled_bytes"] == 0 for v in items.values()), items
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
