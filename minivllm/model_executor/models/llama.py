@@ -276,8 +276,10 @@ class LlamaModel(nn.Module):
         x = self.embed_tokens(input_ids)
         # compiled layers: a zero residual for the first one too (x + 0 is x): one graph for all
         residual = torch.zeros_like(x) if self.regional else None
-        if self.use_triton and not torch.compiler.is_compiling():
-            cos_sin = self.rotary_emb.cos_sin_cache            # the RoPE kernel indexes it itself
+        # compiled layers rotate with torch ops (their graphs take the cos/sin rows); eager ones
+        # with the RoPE kernel, which indexes the whole cache itself
+        if self.use_triton and not (self.regional or torch.compiler.is_compiling()):
+            cos_sin = self.rotary_emb.cos_sin_cache
         else: cos_sin = self.rotary_emb(positions)            # once per step, for every layer
         if self.mark_dynamic and x.shape[0] > 1:              # the token count is a variable
             for t in (x, residual, positions, *cos_sin): torch._dynamo.mark_dynamic(t, 0)
