@@ -401,6 +401,28 @@ def test_echo_and_bad_words_embedded(smollm2_server):
     assert not banned.lstrip().startswith(word), (plain, banned)
 
 
+def test_echo_without_generation_scores_the_prompt(smollm2_server):
+    "vLLM's echo with max_tokens 0 (how evaluation harnesses score a text): the prompt and its logprobs alone."
+    url, prompt = smollm2_server.url, "The capital of France is Paris"
+    body = {"prompt": prompt, "max_tokens": 0, "echo": True, "logprobs": 1, "temperature": 0}
+    r = _post(url, body).json()
+    choice, ids = r["choices"][0], smollm2_server.async_llm.get_tokenizer().encode(prompt)
+    assert choice["text"] == prompt and choice["finish_reason"] == "length"
+    lp = choice["logprobs"]
+    assert len(lp["tokens"]) == len(ids) and lp["token_logprobs"][0] is None
+    assert all(x is not None and x <= 0 for x in lp["token_logprobs"][1:])
+    usage = {k: r["usage"][k] for k in ("prompt_tokens", "completion_tokens", "total_tokens")}
+    assert usage == {"prompt_tokens": len(ids), "completion_tokens": 1,    # vLLM counts the token it
+                     "total_tokens": len(ids) + 1}                         # generated
+    # the same logprobs as the prompt part of an echo that also generates
+    longer = _post(url, body | {"max_tokens": 2}).json()["choices"][0]["logprobs"]
+    assert longer["token_logprobs"][:len(ids)] == lp["token_logprobs"]
+    streamed = httpx.post(f"{url}/v1/completions", json=body | {"stream": True}, timeout=60).text
+    chunks = [json.loads(line[6:]) for line in streamed.splitlines() if line.startswith("data: {")]
+    assert "".join(c["choices"][0]["text"] for c in chunks if c["choices"]) == prompt
+    check_400(_post(url, {"prompt": prompt, "max_tokens": 0}), "max_tokens")   # without echo: a 400
+
+
 def test_chat_template_options(smollm2_server):
     "add_generation_prompt, continue_final_message, echo and chat_template as vLLM's chat endpoint."
     async_llm, url = smollm2_server.async_llm, smollm2_server.url

@@ -27,11 +27,11 @@ from ...engine.async_llm import (AsyncLLM, EngineDeadError, EngineRequestError,
 __all__ = ['REQUEST_FIELDS', 'UNSUPPORTED', 'DEFAULTED', 'router', 'METRIC_HELP', 'logger', 'GUARDED_PREFIX', 'error_response',
            'validation_message', 'validation_param', 'OpenAIBaseModel', 'StreamOptions', 'SamplingFields',
            'CompletionRequest', 'ChatContentPart', 'ChatMessage', 'ChatCompletionRequest', 'ParamError', 'param_of',
-           'blame', 'check_model', 'check_request', 'num_logprobs', 'max_tokens_for', 'to_sampling_params',
-           'completion_prompts', 'encode_prompt', 'chat_prompt', 'completion_logprobs', 'chat_logprobs',
-           'prompt_logprobs_json', 'Generation', 'make_choice', 'full_response', 'stream_chunks', 'until_disconnected',
-           'respond', 'health', 'show_available_models', 'stats', 'EngineMetricsCollector', 'metrics',
-           'TokenizeRequest', 'DetokenizeRequest', 'tokenize', 'detokenize', 'show_version', 'ping',
+           'blame', 'check_model', 'check_request', 'num_logprobs', 'max_tokens_for', 'echo_without_generation',
+           'to_sampling_params', 'completion_prompts', 'encode_prompt', 'chat_prompt', 'completion_logprobs',
+           'chat_logprobs', 'prompt_logprobs_json', 'Generation', 'make_choice', 'full_response', 'stream_chunks',
+           'until_disconnected', 'respond', 'health', 'show_available_models', 'stats', 'EngineMetricsCollector',
+           'metrics', 'TokenizeRequest', 'DetokenizeRequest', 'tokenize', 'detokenize', 'show_version', 'ping',
            'create_completion', 'create_chat_completion', 'error_body', 'watch_engine', 'lifespan', 'add_api_key',
            'build_app', 'serve', 'serve_in_thread']
 
@@ -228,6 +228,10 @@ def max_tokens_for(requested: int | None, num_prompt_tokens: int, max_model_len:
     room = max_model_len - num_prompt_tokens
     return room if fallback is None else min(room, fallback)
 
+def echo_without_generation(body: SamplingFields) -> bool:
+    "vLLM's `echo` with `max_tokens: 0` on completions: the prompt's logprobs, no completion."
+    return isinstance(body, CompletionRequest) and bool(body.echo) and body.max_tokens == 0
+
 def to_sampling_params(body: SamplingFields, num_prompt_tokens: int, max_model_len: int,
                        defaults: dict | None = None) -> SamplingParams:
     "The request's `SamplingParams` (vLLM's `to_sampling_params`); `ValueError` for a wrong value."
@@ -238,8 +242,9 @@ def to_sampling_params(body: SamplingFields, num_prompt_tokens: int, max_model_l
     if prompt_logprobs is None and body.echo and isinstance(body, CompletionRequest):
         prompt_logprobs = logprobs      # the echoed prompt gets logprobs too
     skip = body.skip_special_tokens
+    requested = 1 if echo_without_generation(body) else body.max_tokens
     return SamplingParams.from_optional(
-        max_tokens=max_tokens_for(body.max_tokens, num_prompt_tokens, max_model_len, defaults),
+        max_tokens=max_tokens_for(requested, num_prompt_tokens, max_model_len, defaults),
         n=body.n, seed=body.seed, stop=body.stop, stop_token_ids=body.stop_token_ids,
         logprobs=logprobs, prompt_logprobs=prompt_logprobs, min_tokens=body.min_tokens,
         ignore_eos=body.ignore_eos, include_stop_str_in_output=body.include_stop_str_in_output,
@@ -401,6 +406,8 @@ def make_choice(g: Generation, i: int, c: CompletionOutput, out: RequestOutput, 
     choice = {"index": index, "logprobs": None, "finish_reason": c.finish_reason,
               "stop_reason": c.stop_reason}
     text, token_ids, logprobs = c.text, list(c.token_ids), c.logprobs
+    if echo_without_generation(g.body):   # vLLM: the one token generated is not shown
+        text, token_ids, logprobs = "", [], None if logprobs is None else []
     if echo and g.kind == "text_completion":   # vLLM: prompt text, ids and logprobs first
         text = (g.prompt_texts[i] or "") + text
         token_ids = list(out.prompt_token_ids) + token_ids
