@@ -4,6 +4,7 @@ import httpx, openai, pytest, torch
 from minivllm.entrypoints.llm import LLM
 from minivllm.engine.async_llm import AsyncLLM, EngineDeadError
 from minivllm.sampling_params import SamplingParams
+from minivllm.inputs.llm import TextPrompt, TokensPrompt
 from minivllm.sampling_params import RequestOutputKind
 
 from minivllm.entrypoints.openai.api_server import build_app, serve_in_thread
@@ -55,6 +56,19 @@ def test_stop_strings_and_validation(smollm2_server):
     for prompt, message in [([1] * 1024, "max_model_len"), ([10**7], "vocabulary"), ([], "non-empty")]:
         with pytest.raises(ValueError, match=message): asyncio.run(collect(async_llm, prompt, sp))
 
+
+def test_async_llm_takes_vllms_prompt_dicts(smollm2_server):
+    "TextPrompt and TokensPrompt (vLLM's dict forms) give the tokens of a string and of its ids."
+    async_llm, text = smollm2_server.async_llm, "The capital of France is"
+    ids = async_llm.get_tokenizer().encode(text)
+    async def final(prompt):
+        return [out async for out in async_llm.generate(prompt, GREEDY)][-1]
+    outs = [asyncio.run(final(p)) for p in (text, TextPrompt(prompt=text), ids,
+                                            TokensPrompt(prompt_token_ids=ids, prompt=text))]
+    assert len({tuple(o.outputs[0].token_ids) for o in outs}) == 1
+    assert [o.prompt for o in outs] == [text, text, None, text]
+    with pytest.raises(TypeError, match="cache_salt"):
+        asyncio.run(final({"prompt": text, "cache_salt": "s"}))
 
 def test_openai_client(smollm2_server):
     url = smollm2_server.url

@@ -27,6 +27,7 @@ from .core import (EngineCore, EngineInfo, build_engine_core, load_tokenizer,
 from .output_processor import OutputProcessor
 from ..outputs import RequestOutput
 from ..sampling_params import RequestOutputKind
+from ..inputs.llm import TextPrompt, TokensPrompt, parse_prompt
 from .input_processor import (check_prompt, check_sampling_params, fan_out,
                                              prepare_sampling_params)
 
@@ -545,7 +546,8 @@ def _send_frames(self: AsyncLLM, frames: list[bytes]) -> None:
     with self.input_lock: self.input_socket.send_multipart([self.engine_identity, *frames])
 
 @patch
-async def add_request(self: AsyncLLM, request_id: str, prompt: str | list[int],
+async def add_request(self: AsyncLLM, request_id: str,
+                      prompt: str | list[int] | TextPrompt | TokensPrompt,
                       sampling_params: SamplingParams | None = None, *, priority: int = 0,
                       output_kind: RequestOutputKind | None = None) -> RequestOutputCollector:
     "Validate, register and send one request (`n` engine requests); the collector of its outputs."
@@ -555,11 +557,15 @@ async def add_request(self: AsyncLLM, request_id: str, prompt: str | list[int],
     vocab_size = self.engine_info.vocab_size
     check_sampling_params(sampling_params, self.tokenizer, vocab_size, self.max_logprobs)
     sampling_params = check_request_params(sampling_params, vocab_size, self.max_logprobs)
-    if isinstance(prompt, str):   # the tokenizer thread: the event loop keeps serving others
+    text, prompt_token_ids = (prompt, None) if isinstance(prompt, str) else (None, prompt)
+    if isinstance(prompt, dict):      # vLLM's TextPrompt or TokensPrompt
+        parsed = parse_prompt(prompt)
+        text, prompt_token_ids = parsed["prompt"], parsed["prompt_token_ids"]
+    if prompt_token_ids is None:   # the tokenizer thread: the event loop keeps serving others
         loop = asyncio.get_running_loop()
         prompt_token_ids = await loop.run_in_executor(self.tokenizer_executor,
-                                                      self.tokenize_prompt, prompt)
-    else: prompt_token_ids = self.tokenize_prompt(prompt)
+                                                      self.tokenize_prompt, text)
+    else: prompt_token_ids = self.tokenize_prompt(prompt_token_ids)
     eos = self.engine_info.eos_token_id   # max_tokens=None, bad_words, the model's extra EOS
     sampling_params = prepare_sampling_params(sampling_params, len(prompt_token_ids),
                                               self.max_model_len, self.tokenizer,
@@ -570,7 +576,6 @@ async def add_request(self: AsyncLLM, request_id: str, prompt: str | list[int],
         op = self.output_processor
         if request_id in op.request_states or request_id in op.parent_requests:
             raise ValueError(f"request id {request_id!r} is already in use")
-        text = prompt if isinstance(prompt, str) else None
         children = fan_out(request_id, sampling_params)
         requests = [Request(child_id, prompt_token_ids, sp, eos, priority=priority)
                     for child_id, sp, _, _ in children]
@@ -621,7 +626,7 @@ async def stream_outputs(self: AsyncLLM, request_id: str,
         if not finished: self.abort(request_id)
 
 @patch
-async def generate(self: AsyncLLM, prompt: str | list[int],
+async def generate(self: AsyncLLM, prompt: str | list[int] | TextPrompt | TokensPrompt,
                    sampling_params: SamplingParams | None = None, request_id: str | None = None, *,
                    priority: int = 0, output_kind: RequestOutputKind | None = None
                    ) -> AsyncIterator[RequestOutput]:

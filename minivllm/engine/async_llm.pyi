@@ -21,6 +21,7 @@ from .core import EngineCore, EngineInfo, build_engine_core, load_tokenizer, res
 from .output_processor import OutputProcessor
 from ..outputs import RequestOutput
 from ..sampling_params import RequestOutputKind
+from ..inputs.llm import TextPrompt, TokensPrompt, parse_prompt
 from .input_processor import check_prompt, check_sampling_params, fan_out, prepare_sampling_params
 __all__ = ['POLL_INTERVAL_MS', 'MAX_FAILED_STEPS', 'OUTPUT_LINGER_MS', 'HEARTBEAT_INTERVAL_S', 'HEARTBEAT_TIMEOUT_S', 'MAX_LOGPROBS', 'MAX_N', 'INT64_MIN', 'INT64_MAX', 'FLOAT_FIELDS', 'INT_FIELDS', 'EngineCoreRequestType', 'EngineDeadError', 'EngineRequestError', 'bind_socket', 'params_to_wire', 'params_from_wire', 'request_to_wire', 'request_from_wire', 'output_to_wire', 'output_from_wire', 'encode_request', 'decode_request', 'EngineCoreProc', 'decode_or_error', 'make_engine_core', 'run_engine_core', 'RequestOutputCollector', 'AsyncLLM', 'stats_from_wire', 'check_request_params']
 
@@ -269,7 +270,7 @@ def check_request_params(params: SamplingParams, vocab_size: int, max_logprobs: 
     ...
 
 @patch
-async def add_request(self: AsyncLLM, request_id: str, prompt: str | list[int], sampling_params: SamplingParams | None=None, *, priority: int=0, output_kind: RequestOutputKind | None=None) -> RequestOutputCollector:
+async def add_request(self: AsyncLLM, request_id: str, prompt: str | list[int] | TextPrompt | TokensPrompt, sampling_params: SamplingParams | None=None, *, priority: int=0, output_kind: RequestOutputKind | None=None) -> RequestOutputCollector:
     """Validate, register and send one request (`n` engine requests); the collector of its outputs."""
     ...
 
@@ -279,7 +280,7 @@ async def stream_outputs(self: AsyncLLM, request_id: str, collector: RequestOutp
     ...
 
 @patch
-async def generate(self: AsyncLLM, prompt: str | list[int], sampling_params: SamplingParams | None=None, request_id: str | None=None, *, priority: int=0, output_kind: RequestOutputKind | None=None) -> AsyncIterator[RequestOutput]:
+async def generate(self: AsyncLLM, prompt: str | list[int] | TextPrompt | TokensPrompt, sampling_params: SamplingParams | None=None, request_id: str | None=None, *, priority: int=0, output_kind: RequestOutputKind | None=None) -> AsyncIterator[RequestOutput]:
     """Stream `RequestOutput`s for one prompt as tokens are sampled; aborts the request if abandoned."""
     ...
 

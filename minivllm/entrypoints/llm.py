@@ -21,46 +21,14 @@ from ..engine.core import (build_engine_core, get_diff_sampling_param, load_toke
                                   resolve_model_path, try_get_generation_config)
 from ..metrics.loggers import StatLogger
 from ..metrics.reader import Metric
+from ..inputs.llm import parse_prompts
 from ..engine.input_processor import (check_prompt, check_sampling_params, fan_out,
                                              prepare_sampling_params)
 
 # %% auto #0
-__all__ = ['PROMPT_FORMS', 'TIMELINE_MAX_RECORDS', 'parse_prompts', 'per_prompt', 'LLM']
+__all__ = ['TIMELINE_MAX_RECORDS', 'per_prompt', 'LLM']
 
-# %% ../../nbs/23_llm.ipynb #82f1a1c5
-PROMPT_FORMS = ("a string, a list of token ids, {'prompt': str} (TextPrompt), "
-                "{'prompt_token_ids': [int, ...]} (TokensPrompt), or a list of these")
-
-def _is_token_ids(x) -> bool:
-    return (isinstance(x, (list, tuple)) and len(x) > 0
-            and all(isinstance(t, int) and not isinstance(t, bool) for t in x))
-
-def _parse_prompt(p, i: int) -> dict:
-    "One prompt as `{'prompt': text or None, 'prompt_token_ids': ids or None}`."
-    if isinstance(p, str): return {"prompt": p, "prompt_token_ids": None}
-    if _is_token_ids(p): return {"prompt": None, "prompt_token_ids": list(p)}
-    if isinstance(p, dict):
-        extra = set(p) - {"prompt", "prompt_token_ids"}
-        if extra:
-            raise TypeError(f"prompt {i}: minivllm does not support the keys {sorted(extra)}; "
-                            f"a prompt is {PROMPT_FORMS}")
-        text, ids = p.get("prompt"), p.get("prompt_token_ids")
-        if ids is not None:
-            if not _is_token_ids(ids):
-                raise TypeError(f"prompt {i}: prompt_token_ids must be a non-empty list of ints")
-            text = text if isinstance(text, str) else None
-            return {"prompt": text, "prompt_token_ids": list(ids)}
-        if isinstance(text, str): return {"prompt": text, "prompt_token_ids": None}
-    raise TypeError(f"prompt {i} is {type(p).__name__} {p!r:.60}; a prompt is {PROMPT_FORMS}")
-
-def parse_prompts(prompts) -> list[dict]:
-    "Normalise `prompts` (vLLM's forms) to a non-empty list of `{'prompt', 'prompt_token_ids'}`."
-    if isinstance(prompts, (str, dict)) or _is_token_ids(prompts): prompts = [prompts]
-    if not isinstance(prompts, (list, tuple)):
-        raise TypeError(f"prompts is {type(prompts).__name__}; a prompt is {PROMPT_FORMS}")
-    if not prompts: raise ValueError("generate() needs at least one prompt, got an empty list")
-    return [_parse_prompt(p, i) for i, p in enumerate(prompts)]
-
+# %% ../../nbs/23_llm.ipynb #a3c9e2f1
 def per_prompt(value, n: int, name: str) -> list:
     "One value per prompt: repeat a single value, or check that a list has `n` entries."
     if not isinstance(value, (list, tuple)): return [value] * n

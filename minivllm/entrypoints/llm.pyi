@@ -16,20 +16,9 @@ from ..metrics.stats import IterationStats
 from ..engine.core import build_engine_core, get_diff_sampling_param, load_tokenizer, resolve_model_path, try_get_generation_config
 from ..metrics.loggers import StatLogger
 from ..metrics.reader import Metric
+from ..inputs.llm import parse_prompts
 from ..engine.input_processor import check_prompt, check_sampling_params, fan_out, prepare_sampling_params
-__all__ = ['PROMPT_FORMS', 'TIMELINE_MAX_RECORDS', 'parse_prompts', 'per_prompt', 'LLM']
-PROMPT_FORMS = "a string, a list of token ids, {'prompt': str} (TextPrompt), {'prompt_token_ids': [int, ...]} (TokensPrompt), or a list of these"
-
-def _is_token_ids(x) -> bool:
-    ...
-
-def _parse_prompt(p, i: int) -> dict:
-    """One prompt as `{'prompt': text or None, 'prompt_token_ids': ids or None}`."""
-    ...
-
-def parse_prompts(prompts) -> list[dict]:
-    """Normalise `prompts` (vLLM's forms) to a non-empty list of `{'prompt', 'prompt_token_ids'}`."""
-    ...
+__all__ = ['TIMELINE_MAX_RECORDS', 'per_prompt', 'LLM']
 
 def per_prompt(value, n: int, name: str) -> list:
     """One value per prompt: repeat a single value, or check that a list has `n` entries."""
