@@ -87,6 +87,22 @@ def test_compiled_engine_equals_eager_without_recompiling(tiny_paths_by_arch, ar
     assert got_single == want[-1]
 
 
+
+@pytest.mark.parametrize("arch", ["LlamaForCausalLM", "Qwen3ForCausalLM"])
+def test_triton_backend_layers_run_compiled_or_given_back_to_eager(tiny_paths_by_arch, arch):
+    """On the Triton backend a CPU engine compiles its layers too, which then rotate (and norm Qwen3's q and k)
+    with torch operations on the step's (cos, sin) rows; so does a layer torch.compile runs eagerly (its
+    recompile limit reached, say: forced here)."""
+    path, greedy = tiny_paths_by_arch[arch], SamplingParams(temperature=0, max_tokens=6)
+    batch = prompts([5, 20], seed=5)
+    want = [o.outputs[0].token_ids for o in
+            LLM(path, num_gpu_blocks=16, enforce_eager=True).generate(batch, greedy, use_tqdm=False)]
+    llm = LLM(path, num_gpu_blocks=16, attention_backend="triton")
+    assert "forward" in vars(llm.model.model.layers[0]) and llm.model.model.use_triton
+    assert [o.outputs[0].token_ids for o in llm.generate(batch, greedy, use_tqdm=False)] == want
+    with torch.compiler.set_stance("force_eager"):
+        assert [o.outputs[0].token_ids for o in llm.generate(batch, greedy, use_tqdm=False)] == want
+
 def test_failed_compile_warns_and_runs_eagerly(tiny_llama_path, monkeypatch):
     "Without a working compiler (here: a torch.compile whose result raises) the model stays eager and correct."
     model = load_model(tiny_llama_path)

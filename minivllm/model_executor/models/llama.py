@@ -193,7 +193,6 @@ ARCHITECTURES = {  # Hugging Face architecture -> how its attention differs from
 
 class LlamaAttention(nn.Module):
     "Grouped-query self-attention with RoPE; K/V go to and from the paged cache via the backend."
-    use_triton = False           # the model sets it on the triton backend: fused RoPE (below)
     def __init__(self, config):
         super().__init__()
         variant = ARCHITECTURES[config.architectures[0]]
@@ -220,13 +219,14 @@ def forward(self: LlamaAttention, x, positions, cos_sin, kv_cache):
     qkv = self.qkv_proj(x)                                         # one matmul for q, k and v
     qk = qkv[:, :self.q_size + self.kv_size].view(n, hq + hkv, self.head_dim)
     v = qkv[:, self.q_size + self.kv_size:].view(n, hkv, self.head_dim)
-    if self.use_triton and not torch.compiler.is_compiling():   # one kernel, in place in qkv
+    if isinstance(cos_sin, torch.Tensor):   # the model passed the whole cache: one RoPE kernel
         norms = (self.q_norm.weight, self.k_norm.weight, self.q_norm.eps) if hasattr(
             self, "q_norm") else ()
         rope_triton(qk, positions, cos_sin, hq, *norms)   # cos_sin: the whole cos_sin_cache
     else:
-        if hasattr(self, "q_norm"):                         # Qwen3: per-head norms of q and k
-            qk = torch.cat((self.q_norm(qk[:, :hq]), self.k_norm(qk[:, hq:])), 1)
+        if hasattr(self, "q_norm"):    # Qwen3: per-head norms of q and k, in torch like the rotation
+            qk = torch.cat((self.q_norm.forward_native(qk[:, :hq]),
+                            self.k_norm.forward_native(qk[:, hq:])), 1)
         qk = apply_rope(qk, *cos_sin)                              # q and k rotated together
     q, k = qk[:, :hq], qk[:, hq:]
     attend = layer_attention_op if torch.compiler.is_compiling() else layer_attention
@@ -276,8 +276,8 @@ class LlamaModel(nn.Module):
         x = self.embed_tokens(input_ids)
         # compiled layers: a zero residual for the first one too (x + 0 is x): one graph for all
         residual = torch.zeros_like(x) if self.regional else None
-        # compiled layers rotate with torch ops (their graphs take the cos/sin rows); eager ones
-        # with the RoPE kernel, which indexes the whole cache itself
+        # the Triton backend's RoPE kernel indexes the whole cache itself; compiled layers (and
+        # any layer torch.compile gives back to eager) take the (cos, sin) rows of this step
         if self.use_triton and not (self.regional or torch.compiler.is_compiling()):
             cos_sin = self.rotary_emb.cos_sin_cache
         else: cos_sin = self.rotary_emb(positions)            # once per step, for every layer

@@ -102,7 +102,6 @@ ARCHITECTURES = {'LlamaForCausalLM': {}, 'Qwen2ForCausalLM': {'qkv_bias': True, 
 
 class LlamaAttention(nn.Module):
     """Grouped-query self-attention with RoPE; K/V go to and from the paged cache via the backend."""
-    use_triton = False
 
     def __init__(self, config):
         ...
