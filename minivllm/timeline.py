@@ -276,7 +276,7 @@ class BlockPoolCounts:
         return evicted
 
     def update(self, touched: list[int], rescan: bool = False) -> int:
-        "After a step: read the touched blocks (every block if asked or if they disagree); evictions."
+        "After a step: read the touched blocks (all if asked or if they disagree); evictions."
         if rescan or self.pool.cached_block_hash_to_block is not self.index: return self.rescan()
         evicted = self.apply(touched)
         if self.num_free != self.pool.get_num_free_blocks(): evicted += self.rescan()

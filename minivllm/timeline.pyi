@@ -173,7 +173,7 @@ class BlockPoolCounts:
         ...
 
     def update(self, touched: list[int], rescan: bool=False) -> int:
-        """After a step: read the touched blocks (every block if asked or if they disagree); evictions."""
+        """After a step: read the touched blocks (all if asked or if they disagree); evictions."""
         ...
 _UNKNOWN = (None, [])
 

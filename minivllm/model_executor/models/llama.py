@@ -224,7 +224,7 @@ def forward(self: LlamaAttention, x, positions, cos_sin, kv_cache):
             self, "q_norm") else ()
         rope_triton(qk, positions, cos_sin, hq, *norms)   # cos_sin: the whole cos_sin_cache
     else:
-        if hasattr(self, "q_norm"):    # Qwen3: per-head norms of q and k, in torch like the rotation
+        if hasattr(self, "q_norm"):    # Qwen3: per-head q and k norms, in torch as the rotation
             qk = torch.cat((self.q_norm.forward_native(qk[:, :hq]),
                             self.k_norm.forward_native(qk[:, hq:])), 1)
         qk = apply_rope(qk, *cos_sin)                              # q and k rotated together
