@@ -111,7 +111,10 @@ def test_step_viewer_steps_in_jupyterlab(signed_viewer_notebook, tmp_path):
         viewer = wait_for(lambda: page.evaluate(STEP_JS), 180, "the step viewer rendered")
     finally:
         if chrome: chrome.close()
-        server.terminate()
-        server.wait(30)
+        server.terminate()          # it shuts the notebook's kernel down first: give it a moment
+        try: server.wait(20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
     assert viewer["n"] > 3 and viewer["steps"] == ["0", "1", "2"], viewer
     assert len(set(viewer["pools"])) > 1, viewer         # the pool it shows changes
