@@ -5,6 +5,7 @@
 # %% ../../nbs/20_output_processor.ipynb #2e352c25
 from __future__ import annotations
 import time
+from copy import copy
 from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 from fastcore.basics import patch
@@ -227,7 +228,7 @@ class RequestState:
             if not outputs: return None
         prompt_logprobs = lp.pop_prompt_logprobs() if delta else lp.prompt_logprobs
         return RequestOutput(request_id, self.prompt, self.prompt_token_ids, prompt_logprobs,
-                             outputs, finished, replace(self.stats), self.num_cached_tokens)
+                             outputs, finished, copy(self.stats), self.num_cached_tokens)
 
 # %% ../../nbs/20_output_processor.ipynb #o11d15
 @dataclass

@@ -1,6 +1,7 @@
 """One step = schedule, execute, update; the output processor turns tokens into text, stop strings, logprobs and `n` completions; `LLM.generate` steps until every request is done."""
 from __future__ import annotations
 import time
+from copy import copy
 from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 from fastcore.basics import patch

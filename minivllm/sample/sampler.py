@@ -314,7 +314,7 @@ class Sampler(nn.Module):
     def forward(self, logits: torch.Tensor, metadata: SamplingMetadata) -> SamplerOutput:
         "Process the logits, sample one token per row; logprobs come from the raw logits."
         raw = logits
-        logits = logits.to(torch.float32)
+        if logits.dtype != torch.float32: logits = logits.to(torch.float32)
         raw_logprobs = None if metadata.max_num_logprobs is None else logits.log_softmax(dim=-1)
         in_place = (metadata.allowed_token_ids, metadata.bad_words_token_ids,
                     metadata.masked_stop_token_ids, metadata.logit_bias)
