@@ -6,8 +6,10 @@
 - the placeholders' accounting, step by step;
 - the block-reuse invariants, each shown to fail when what protects it is taken away.
 """
+import time
 from collections import deque
 
+import numpy as np
 import pytest
 
 from minivllm.config import CacheConfig, SchedulerConfig
@@ -305,3 +307,76 @@ def test_a_failing_request_fails_alone_with_async_scheduling(tiny_llama_path):
         expected = asyncio.run(alone())
         assert asyncio.run(asyncio.wait_for(with_poison(), 120)) == expected
     finally: engine.shutdown()
+
+
+# ---------------------------------------------------------------- the runner runs a step ahead
+def test_the_runner_prepares_a_step_while_the_model_runs_the_one_before(tiny_llama_path, reference):
+    """Step 2 is prepared on the engine's thread while step 1 is held inside the model; its decode input
+    is step 1's token, copied on the device (vLLM's prev_sampled_token_ids); the tokens are the
+    reference's."""
+    import threading
+    reqs, expected = reference
+    core = build(tiny_llama_path, True, num_gpu_blocks_override=40)
+    runner = core.model_executor.driver_worker
+    inside, gate, forward = threading.Event(), threading.Event(), runner.model.forward
+    def held(*args, **kwargs):
+        inside.set()
+        assert gate.wait(30), "the test never opened the gate"
+        return forward(*args, **kwargs)
+    runner.model.forward = held
+    rid, prompt, sp = reqs[0]
+    core.add_request(Request(rid, prompt, sp, eos_token_id=None))
+    outputs = []
+    core.step_fn()                                   # step 1 (the prefill) queued, not waited for
+    assert inside.wait(30)
+    second = threading.Thread(target=lambda: outputs.extend(core.step_fn()[0].outputs))
+    second.start()                                   # schedules and prepares step 2, then waits
+    while runner.in_flight.step.batch_inputs.positions[0] != len(prompt): time.sleep(0.01)
+    step2 = runner.in_flight
+    assert not step2.prev.done and step2.fill is not None     # prepared behind step 1
+    assert step2.step.input_ids[0].item() == -1                # its input: a placeholder, until
+    gate.set(); second.join(30)
+    runner.model.forward = forward
+    while core.has_work(): outputs.extend(core.step_fn()[0].outputs)
+    core.shutdown()
+    assert tokens_by_request(outputs)[rid] == expected[rid]
+    assert step2.fill.done                                      # the device filled it
+
+
+def test_sampling_that_reads_outputs_matches_the_synchronous_engine(tiny_llama_path, reference):
+    """Penalties and bad words read the output tokens, prompt logprobs are delivered in order: those
+    steps finish before the next is prepared. With seeds, min_tokens and logprobs beside them, every
+    token, finish and logprob equals the synchronous engine's."""
+    reqs, expected = reference
+    r0, r3 = expected["r0"][0], expected["r3"][0]
+    bad = greedy(8)
+    bad._bad_words_token_ids = [[r0[2], r0[3]]]     # as the processor writes it from bad_words
+    special = [
+        ("pen", reqs[0][1], greedy(8, repetition_penalty=1.3, frequency_penalty=0.5)),
+        ("bad", reqs[0][1], bad),
+        ("seed", reqs[1][1], SamplingParams(temperature=0.8, seed=7, max_tokens=8, ignore_eos=True)),
+        ("lp", reqs[2][1], greedy(6, logprobs=3, prompt_logprobs=2)),
+        ("min", reqs[3][1], SamplingParams(temperature=0, max_tokens=8, min_tokens=3,
+                                           stop_token_ids=[r3[1]])),
+    ] + reqs[4:]
+    def run(async_scheduling):
+        core = build(tiny_llama_path, async_scheduling, num_gpu_blocks_override=60)
+        for rid, prompt, sp in special: core.add_request(Request(rid, prompt, sp, eos_token_id=None))
+        outputs = []
+        while core.has_work(): outputs.extend(core.step_fn()[0].outputs)
+        core.shutdown()
+        logprobs = [(o.request_id, o.new_logprobs, o.new_prompt_logprobs) for o in outputs
+                    if o.new_logprobs is not None or o.new_prompt_logprobs is not None]
+        return tokens_by_request(outputs), logprobs
+    sync_tokens, sync_logprobs = run(False)
+    async_tokens, async_logprobs = run(True)
+    assert async_tokens == sync_tokens
+    assert sync_tokens["bad"][0][:4] != r0[:4] and sync_tokens["bad"][0][:3] == r0[:3]
+    assert len(sync_tokens["min"][0]) >= 3 > r3.index(r3[1]) + 1     # it stops only after 3
+    assert [(r, a is None, b is None) for r, a, b in async_logprobs] == [
+        (r, a is None, b is None) for r, a, b in sync_logprobs]
+    for (_, a, b), (_, c, d) in zip(async_logprobs, sync_logprobs):
+        for x, y in ((a, c), (b, d)):
+            if x is None: continue
+            assert x.logprob_token_ids == y.logprob_token_ids
+            np.testing.assert_allclose(np.array(x.logprobs), np.array(y.logprobs), atol=1e-5)

@@ -6,7 +6,7 @@
 from __future__ import annotations
 import gc, json, time
 from collections import deque
-from concurrent import futures
+import contextlib
 from fastcore.basics import patch
 from dataclasses import dataclass
 import numpy as np
@@ -128,7 +128,7 @@ class EngineCore:
         "Wait for the steps still in flight and drop their outputs (recovering from a failed step)."
         while self.batch_queue:
             future, _ = self.batch_queue.pop()
-            futures.wait([future])   # the worker is done with the batch; a result or error is moot
+            with contextlib.suppress(Exception): future.result()   # done with the batch; moot
 
     def shutdown(self) -> None:
         "Stop the executor's worker thread, if it has one (steps in flight finish first)."
@@ -272,7 +272,8 @@ def build_engine_core(args: EngineArgs, eos_token_id: int | None = None) -> Engi
                     enable_prefix_caching=args.enable_prefix_caching),
         log_stats=not args.disable_log_stats)
     runner = ModelRunner(model, args.max_num_seqs, max_model_len, batched, args.block_size,
-                         device=device, eos_token_id=eos_token_id)
+                         device=device, eos_token_id=eos_token_id,
+                         async_scheduling=args.async_scheduling)
     runner.initialize_kv_cache(num_blocks, args.block_size)
     float32 = model.kv_cache_spec()[3] == torch.float32
     if device.type == "cpu" and float32 and not args.enforce_eager:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 import gc, json, time
 from collections import deque
-from concurrent import futures
+import contextlib
 from fastcore.basics import patch
 from dataclasses import dataclass
 import numpy as np

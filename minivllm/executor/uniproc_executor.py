@@ -3,11 +3,33 @@
 # %% ../../nbs/06_async_scheduler.ipynb #f9f6d027
 from __future__ import annotations
 from concurrent.futures import Future, ThreadPoolExecutor
+from ..core.sched.output import AsyncModelRunnerOutput
 
 # %% auto #0
-__all__ = ['UniProcExecutor']
+__all__ = ['AsyncOutputFuture', 'run_now', 'UniProcExecutor']
 
 # %% ../../nbs/06_async_scheduler.ipynb #c6982652
+class AsyncOutputFuture(Future):
+    "A `Future` whose `result()` finishes a step in flight on the caller's thread (vLLM's)."
+    def __init__(self, async_output: AsyncModelRunnerOutput):
+        super().__init__()
+        self.async_output = async_output
+
+    def result(self, timeout=None):
+        if not self.done():
+            try: self.set_result(self.async_output.get_output())
+            except Exception as e: self.set_exception(e)
+        return super().result(timeout)
+
+def run_now(fn, *args) -> Future:
+    "`fn(*args)` called here, as a `Future`: its result, a step in flight's, or its exception."
+    future = Future()
+    try: output = fn(*args)
+    except Exception as e: future.set_exception(e); return future
+    if isinstance(output, AsyncModelRunnerOutput): return AsyncOutputFuture(output)
+    future.set_result(output)
+    return future
+
 class UniProcExecutor:
     "One worker, its steps run in order by one thread (vLLM's `UniProcExecutor`)."
     def __init__(self, worker, max_concurrent_batches: int = 2):
@@ -21,9 +43,14 @@ class UniProcExecutor:
 
     def execute_model(self, scheduler_output, non_block: bool = False):
         "Run one step; with `non_block`, return a `Future` of its `ModelRunnerOutput`."
-        if not non_block: return self.driver_worker.execute_model(scheduler_output)
-        return self._thread.submit(self.driver_worker.execute_model, scheduler_output)
+        worker = self.driver_worker
+        if getattr(worker, "async_scheduling", False):   # it queues its device half itself
+            future = run_now(worker.execute_model, scheduler_output)
+        elif non_block: return self._thread.submit(worker.execute_model, scheduler_output)
+        else: return worker.execute_model(scheduler_output)
+        return future if non_block else future.result()
 
     def shutdown(self) -> None:
-        "Finish the steps in flight and stop the thread."
+        "Finish the steps in flight and stop the threads."
         self._thread.shutdown(wait=True)
+        if hasattr(self.driver_worker, "shutdown"): self.driver_worker.shutdown()

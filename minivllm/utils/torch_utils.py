@@ -6,11 +6,11 @@ import numpy as np
 import torch
 
 def to_device(a: np.ndarray, device, dtype: torch.dtype | None = None) -> torch.Tensor:
-    "`a` as a tensor on `device`: through pinned memory with a non-blocking copy on CUDA."
+    "`a` as a tensor of its own on `device`: through pinned memory, non-blocking, on CUDA."
     t = torch.from_numpy(np.ascontiguousarray(a))
-    if dtype is not None and t.dtype != dtype: t = t.to(dtype)
     device = torch.device(device)
-    if device.type != "cuda": return t.to(device)
+    if device.type != "cuda": return t.to(device, dtype or t.dtype, copy=True)
+    if dtype is not None and t.dtype != dtype: t = t.to(dtype)
     return t.pin_memory().to(device, non_blocking=True)
 
 # %% auto #0

@@ -240,7 +240,11 @@ def _update_cached_requests(requests, input_batch, cached) -> list[CachedRequest
         resumed, row = req_id in cached.resumed_req_ids, index.get(req_id)
         if resumed and row is not None:
             raise ValueError(f"resumed request {req_id!r} still has a batch row")
-        if resumed: state.block_ids = list(new_ids)
+        if resumed:        # the scheduler's tokens: a step whose output was dropped is not in them
+            state.block_ids = list(new_ids)
+            tokens = cached.all_token_ids.get(req_id)
+            if tokens is not None:
+                state.output_token_ids = list(tokens[len(state.prompt_token_ids):])
         elif new_ids is not None: state.block_ids.extend(new_ids)
         if row is None: to_add.append(state); continue
         rows.append(row); counts.append(num_computed)

@@ -4,6 +4,7 @@
 
 # %% ../../nbs/14_model_runner.ipynb #3a22d14a
 from __future__ import annotations
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import NamedTuple
 import numpy as np
 import torch
@@ -13,18 +14,21 @@ from .utils import to_attn_metadata
 from .gpu_input_batch import (CachedRequestState, InputBatch, BatchInputs,
     update_states, prepare_inputs, bookkeeping_sync)
 from ..utils.torch_utils import to_device
-from ..core.sched.output import LogprobsLists, ModelRunnerOutput, EMPTY_MODEL_RUNNER_OUTPUT
-from ..sample.sampler import Sampler, gather_logprobs, make_sampling_metadata
+from ..core.sched.output import (LogprobsLists, ModelRunnerOutput,
+    AsyncModelRunnerOutput, EMPTY_MODEL_RUNNER_OUTPUT)
+from minivllm.sample.sampler import (Sampler, SamplingMetadata, gather_logprobs,
+    make_sampling_metadata)
 
 # %% auto #0
-__all__ = ['PROMPT_LOGPROBS_CHUNK', 'ModelRunner', 'PromptLogprobsRow', 'to_host']
+__all__ = ['PROMPT_LOGPROBS_CHUNK', 'ModelRunner', 'PromptLogprobsRow', 'HostCopy', 'copy_to_host', 'to_host', 'PreparedStep',
+           'Placeholders', 'TokenFill', 'AsyncGPUModelRunnerOutput']
 
 # %% ../../nbs/14_model_runner.ipynb #febacd56
 class ModelRunner:
     "The worker: applies `SchedulerOutput`s, runs the model and samples (vLLM `GPUModelRunner`)."
     def __init__(self, model, max_num_reqs: int, max_model_len: int, max_num_batched_tokens: int,
                  block_size: int, device="cpu", eos_token_id: int | None = None,
-                 vocab_size: int | None = None):
+                 vocab_size: int | None = None, async_scheduling: bool = False):
         self.model, self.device, self.block_size = model, torch.device(device), block_size
         if vocab_size is None:
             vocab_size = getattr(model, "vocab_size", None) or getattr(
@@ -37,6 +41,11 @@ class ModelRunner:
         self.kv_caches: list[torch.Tensor] = []
         self.num_prompt_logprobs: dict[str, int] = {}             # req_id -> k, until delivered
         self.in_progress_prompt_logprobs: dict[str, LogprobsLists] = {}
+        # async scheduling (below): each step's device half runs on a thread of its own, in
+        # order (a CUDA stream's guarantee), while this thread prepares the next step
+        self.async_scheduling, self.in_flight = async_scheduling, None
+        self.device_stream = (ThreadPoolExecutor(1, thread_name_prefix="minivllm-device")
+                              if async_scheduling else None)
 
 # %% ../../nbs/14_model_runner.ipynb #6b6c1254
 @patch
@@ -139,15 +148,28 @@ def _deliver_prompt_logprobs(self: ModelRunner, plan: list[PromptLogprobsRow],
     return done
 
 # %% ../../nbs/14_model_runner.ipynb #06bc64fa
+class HostCopy(NamedTuple):
+    "Device results on their way to the host: the buffers, and on CUDA the event after the copies."
+    buffers: list[torch.Tensor]
+    event: torch.cuda.Event | None
+
+    def tolist(self) -> list[list]:
+        "The results as Python lists, after a single wait for their copies."
+        if self.event is not None: self.event.synchronize()     # the one sync of the step
+        return [b.tolist() for b in self.buffers]
+
+def copy_to_host(tensors: list[torch.Tensor]) -> HostCopy:
+    "Start copying `tensors` to the host (CUDA: pinned buffers, non-blocking, then an event)."
+    if not tensors or tensors[0].device.type != "cuda": return HostCopy(list(tensors), None)
+    buffers = [torch.empty(t.shape, dtype=t.dtype, pin_memory=True) for t in tensors]
+    for b, t in zip(buffers, tensors): b.copy_(t, non_blocking=True)
+    event = torch.cuda.Event()
+    event.record()
+    return HostCopy(buffers, event)
+
 def to_host(tensors: list[torch.Tensor]) -> list[list]:
     "Python lists of `tensors`, with a single wait for the device."
-    if not tensors: return []
-    device = tensors[0].device
-    if device.type != "cuda": return [t.tolist() for t in tensors]
-    bufs = [torch.empty(t.shape, dtype=t.dtype, pin_memory=True) for t in tensors]
-    for b, t in zip(bufs, tensors): b.copy_(t, non_blocking=True)
-    torch.cuda.current_stream(device).synchronize()       # the one sync of the step
-    return [b.tolist() for b in bufs]
+    return copy_to_host(tensors).tolist()
 
 # %% ../../nbs/14_model_runner.ipynb #77811ff9
 @patch
@@ -160,43 +182,221 @@ def _start_prompt_logprobs(self: ModelRunner, scheduler_output):
         k = new.sampling_params.prompt_logprobs if new.sampling_params is not None else None
         if k is not None: self.num_prompt_logprobs[new.req_id] = k
 
+class PreparedStep(NamedTuple):
+    "One step's inputs, made on the host; the step owns them (the batch's arrays move on)."
+    req_ids: list[str]                    # the step's rows, in order
+    batch_inputs: BatchInputs
+    input_ids: torch.Tensor
+    positions: torch.Tensor
+    attn_metadata: AttentionMetadata
+    logits_indices: torch.Tensor
+    sampling_metadata: SamplingMetadata
+    plan: list[PromptLogprobsRow]
+    num_logprobs: np.ndarray              # per row: the top k asked for, -1 for none
+
 @patch
-@torch.no_grad()
-def execute_model(self: ModelRunner, scheduler_output) -> ModelRunnerOutput:
-    "Run one scheduled step and return the sampled tokens (vLLM `execute_model`)."
+def _prepare_step(self: ModelRunner, scheduler_output) -> PreparedStep | None:
+    "The host half: apply the diffs, flatten the batch, copy the inputs (None: no tokens)."
     update_states(self.requests, self.input_batch, scheduler_output, self.device)
     self._start_prompt_logprobs(scheduler_output)
-    if scheduler_output.total_num_scheduled_tokens == 0: return EMPTY_MODEL_RUNNER_OUTPUT
-    input_batch = self.input_batch
-    req_ids = input_batch.req_ids
+    if scheduler_output.total_num_scheduled_tokens == 0: return None
+    input_batch, req_ids = self.input_batch, self.input_batch.req_ids
     num_scheduled = np.fromiter(map(scheduler_output.num_scheduled_tokens.__getitem__, req_ids),
                                 dtype=np.int64, count=len(req_ids))
     batch_inputs = prepare_inputs(input_batch, num_scheduled)
-    hidden = self.model(self._tensor(batch_inputs.input_ids, torch.int64),
-                        self._tensor(batch_inputs.positions, torch.int64),
-                        self.build_attn_metadata(batch_inputs))
-    logits = self.model.compute_logits(hidden[self._tensor(batch_inputs.logits_indices)])
-    out = self.sampler(
-        logits,
-        make_sampling_metadata(input_batch, batch_inputs.discard_request_indices, self.device),
-    )
     plan = self._prompt_logprobs_plan(batch_inputs,
                                       num_scheduled) if self.num_prompt_logprobs else []
-    prompt_lp = self._compute_prompt_logprobs(hidden, plan)
+    discard = batch_inputs.discard_request_indices
+    return PreparedStep(req_ids, batch_inputs, self._tensor(batch_inputs.input_ids, torch.int64),
+                        self._tensor(batch_inputs.positions, torch.int64),
+                        self.build_attn_metadata(batch_inputs),
+                        self._tensor(batch_inputs.logits_indices),
+                        make_sampling_metadata(input_batch, discard, self.device), plan,
+                        input_batch.num_logprobs[:len(req_ids)].copy())
+
+@patch
+@torch.no_grad()
+def _run_step(self: ModelRunner, step: PreparedStep, fill=None) -> tuple[list, list]:
+    "The device half: model, last-token logits, sampling; `([sampled, *logprobs], prompt lp)`."
+    if fill is not None: fill.apply()              # async scheduling (below)
+    hidden = self.model(step.input_ids, step.positions, step.attn_metadata)
+    out = self.sampler(self.model.compute_logits(hidden[step.logits_indices]),
+                       step.sampling_metadata)
     lt = out.logprobs_tensors
-    lp_parts = [] if lt is None else [lt.logprob_token_ids, lt.logprobs, lt.selected_token_ranks]
-    host = to_host([out.sampled_token_ids, *lp_parts, *(prompt_lp or [])])   # the one sync
-    num_lp = 1 + len(lp_parts)
-    sampled_host, lp_host, prompt_lp_host = host[0], host[1:num_lp], host[num_lp:]
-    sampled = bookkeeping_sync(self.requests, input_batch, sampled_host,
-                               batch_inputs.discard_request_indices)
+    lp = [] if lt is None else [lt.logprob_token_ids, lt.logprobs, lt.selected_token_ranks]
+    return [out.sampled_token_ids, *lp], self._compute_prompt_logprobs(hidden, step.plan) or []
+
+@patch
+def _make_output(self: ModelRunner, step: PreparedStep, sampled: list[list[int]],
+                 lp_host: list, prompt_lp_host: list) -> ModelRunnerOutput:
+    "The step's `ModelRunnerOutput`: tokens, logprobs rows (top k + 1 each), prompt logprobs."
     logprobs = None
-    if lt is not None:
-        ks = [int(k) if toks else -1 for k,
-              toks in zip(input_batch.num_logprobs[:input_batch.num_reqs], sampled)]
+    if lp_host:
+        ks = [int(k) if toks else -1 for k, toks in zip(step.num_logprobs, sampled)]
         logprobs = LogprobsLists([r[:k + 1] for r, k in zip(lp_host[0], ks)],
                                  [r[:k + 1] for r, k in zip(lp_host[1], ks)], lp_host[2])
-    prompt_logprobs = self._deliver_prompt_logprobs(plan, prompt_lp_host or [[], [], []])
-    req_ids = input_batch.req_ids
-    return ModelRunnerOutput(req_ids, dict(input_batch.req_id_to_index), sampled, logprobs,
-                             prompt_logprobs)
+    prompt_logprobs = self._deliver_prompt_logprobs(step.plan, prompt_lp_host or [[], [], []])
+    return ModelRunnerOutput(step.req_ids, {r: i for i, r in enumerate(step.req_ids)}, sampled,
+                             logprobs, prompt_logprobs)
+
+@patch
+@torch.no_grad()
+def execute_model(self: ModelRunner, scheduler_output):
+    "Run one step, return its `ModelRunnerOutput` (vLLM's; async scheduling: a step in flight)."
+    if self.async_scheduling: return self._execute_model_async(scheduler_output)
+    step = self._prepare_step(scheduler_output)
+    if step is None: return EMPTY_MODEL_RUNNER_OUTPUT
+    sampled_and_logprobs, prompt_lp = self._run_step(step)
+    host = to_host(sampled_and_logprobs + prompt_lp)          # the one sync
+    n = len(sampled_and_logprobs)
+    sampled = bookkeeping_sync(self.requests, self.input_batch, host[0],
+                               step.batch_inputs.discard_request_indices)
+    return self._make_output(step, sampled, host[1:n], host[n:])
+
+
+# %% ../../nbs/14_model_runner.ipynb #c7391f8b
+class Placeholders(NamedTuple):
+    "Where each token a step in flight samples goes, once it is known."
+    req_ids: list[str]          # the requests that sample in the step
+    step_rows: np.ndarray       # their rows in the step
+    positions: np.ndarray       # the token's position in the request
+    output_index: list[int]     # its index in the request's `output_token_ids`
+
+class TokenFill:
+    "Inputs of a step that the step before samples, copied on the device once (vLLM's)."
+    def __init__(self, input_ids: torch.Tensor, flat: torch.Tensor, prev_rows: torch.Tensor,
+                 prev_work: Future):
+        self.input_ids, self.flat, self.prev_rows = input_ids, flat, prev_rows
+        self.prev_work, self.done = prev_work, False   # the step before's device half
+
+    def apply(self, prev_sampled: torch.Tensor | None = None) -> None:
+        "Copy the tokens from the step before's sampled ids (its result's, by default), once."
+        if self.done: return
+        if prev_sampled is None: prev_sampled = self.prev_work.result()[0]   # it ran first
+        self.input_ids.index_copy_(0, self.flat, prev_sampled.take(self.prev_rows))
+        self.done = True
+
+# %% ../../nbs/14_model_runner.ipynb #51f99700
+@patch
+def _append_placeholders(self: ModelRunner, step: PreparedStep) -> Placeholders:
+    "A `-1` at the next position of every row that samples in `step` (vLLM's placeholders)."
+    input_batch, keep = self.input_batch, np.ones(len(step.req_ids), bool)
+    keep[step.batch_inputs.discard_request_indices] = False
+    rows = np.flatnonzero(keep)
+    ends = input_batch.num_tokens_no_spec[rows]
+    if len(rows) and ends.max() >= input_batch.max_model_len:
+        raise ValueError(f"a row would hold more than {input_batch.max_model_len} tokens")
+    input_batch.token_ids_cpu[rows, ends] = -1
+    input_batch.num_tokens_no_spec[rows] = ends + 1
+    req_ids, output_index = [step.req_ids[r] for r in rows.tolist()], []
+    for req_id in req_ids:
+        tokens = self.requests[req_id].output_token_ids
+        output_index.append(len(tokens)); tokens.append(-1)
+    return Placeholders(req_ids, rows, ends.astype(np.int64), output_index)
+
+@patch
+def _prev_token_fill(self: ModelRunner, step: PreparedStep, prev) -> TokenFill | None:
+    "Where `step` reads a token that the step in flight, `prev`, samples (None: nowhere)."
+    ph, bi, index = prev.placeholders, step.batch_inputs, self.input_batch.req_id_to_index
+    rows = np.fromiter((index.get(r, -1) for r in ph.req_ids), np.int64, len(ph.req_ids))
+    offset = ph.positions - self.input_batch.num_computed_tokens_cpu[rows]
+    ok = (rows >= 0) & (offset >= 0) & (offset < np.diff(bi.query_start_loc)[rows])
+    if not ok.any(): return None
+    flat = bi.query_start_loc[rows[ok]] + offset[ok]
+    return TokenFill(step.input_ids, self._tensor(flat, torch.int64),
+                     self._tensor(ph.step_rows[ok], torch.int64), prev.device_work)
+
+@patch
+def _fill_placeholders(self: ModelRunner, ph: Placeholders, sampled: list) -> list[list[int]]:
+    "Write each sampled token where its placeholder is now; the step's per-row token lists."
+    input_batch, index = self.input_batch, self.input_batch.req_id_to_index
+    tokens = np.asarray(sampled, dtype=np.int64).reshape(-1).tolist()
+    valid, rows, counted = [[] for _ in tokens], [], []
+    for req_id, step_row, pos, i in zip(ph.req_ids, ph.step_rows.tolist(), ph.positions.tolist(),
+                                        ph.output_index):
+        token = tokens[step_row]
+        valid[step_row] = [token]
+        state, row = self.requests.get(req_id), index.get(req_id)
+        if state is not None and i < len(state.output_token_ids): state.output_token_ids[i] = token
+        if row is not None and pos < input_batch.num_tokens_no_spec[row]:
+            input_batch.token_ids_cpu[row, pos] = token
+            rows.append(row); counted.append(token)
+    rows = np.asarray(rows, dtype=np.int64)
+    pen = input_batch.has_penalties(rows) if len(rows) else np.zeros(0, bool)
+    input_batch.count_output_tokens(rows[pen], np.asarray(counted, dtype=np.int64)[pen])
+    return valid
+
+# %% ../../nbs/14_model_runner.ipynb #73e0f217
+class AsyncGPUModelRunnerOutput(AsyncModelRunnerOutput):
+    "A step in flight (vLLM's name): its device half queued, its tokens recorded on `get_output`."
+    def __init__(self, runner: ModelRunner, step: PreparedStep, placeholders: Placeholders,
+                 fill: TokenFill | None, prev: AsyncGPUModelRunnerOutput | None, needs_sync: bool):
+        self.runner, self.step, self.placeholders = runner, step, placeholders
+        self.fill, self.prev, self.needs_sync = fill, prev, needs_sync
+        self.device_work: Future | None = None     # set when queued
+        self.next_fill: TokenFill | None = None    # the next step's inputs that this one samples
+        self.output: ModelRunnerOutput | None = None
+        self.error: Exception | None = None
+
+    @property
+    def done(self) -> bool: return self.output is not None or self.error is not None
+
+    def get_output(self) -> ModelRunnerOutput:
+        "Wait for the device half and record the tokens, the step before's first."
+        if not self.done:
+            try:
+                if self.prev is not None: self.prev.get_output()
+                self.output = self.runner._finish_step(self)
+            except Exception as e: self.error = e
+            self.prev = None
+        if self.error is not None: raise self.error
+        return self.output
+
+@patch
+def _run_step_async(self: ModelRunner, out: AsyncGPUModelRunnerOutput):
+    "The device half; the next step's inputs, if queued; the copies: `(sampled, HostCopy, n)`."
+    sampled_and_logprobs, prompt_lp = self._run_step(out.step, out.fill)
+    next_fill = out.next_fill       # set on the host's thread, when it queued the next step
+    if next_fill is not None: next_fill.apply(sampled_and_logprobs[0])
+    return (sampled_and_logprobs[0], copy_to_host(sampled_and_logprobs + prompt_lp),
+            len(sampled_and_logprobs))
+
+@patch
+def _finish_step(self: ModelRunner, out: AsyncGPUModelRunnerOutput) -> ModelRunnerOutput:
+    "The host's part after the device: one wait for the copies, the placeholders filled."
+    _, copy, n = out.device_work.result()
+    host = copy.tolist()
+    sampled = self._fill_placeholders(out.placeholders, host[0])
+    return self._make_output(out.step, sampled, host[1:n], host[n:])
+
+# %% ../../nbs/14_model_runner.ipynb #3ebf9df7
+@patch
+def _reads_output_history(self: ModelRunner, step: PreparedStep) -> bool:
+    "Whether the step's sampling reads output tokens (penalties, bad words) or prompt logprobs."
+    input_batch = self.input_batch
+    penalties = input_batch.has_penalties(np.arange(len(step.req_ids)))
+    return bool(step.plan) or bool(np.any(penalties)) or any(
+        sp.bad_words_token_ids for sp in input_batch.logits_processor_params.values())
+
+@patch
+def _execute_model_async(self: ModelRunner, scheduler_output):
+    "Prepare here and queue the device half behind the step in flight (vLLM's async scheduling)."
+    prev = self.in_flight
+    if prev is not None and prev.prev is not None: prev.prev.get_output()  # one unknown step
+    if prev is not None and prev.needs_sync: prev.get_output()   # its tokens are read below
+    step = self._prepare_step(scheduler_output)
+    if step is None: return EMPTY_MODEL_RUNNER_OUTPUT
+    fill = None if prev is None or prev.done else self._prev_token_fill(step, prev)
+    placeholders = self._append_placeholders(step)
+    out = AsyncGPUModelRunnerOutput(self, step, placeholders, fill,
+                                    None if prev is None or prev.done else prev,
+                                    self._reads_output_history(step))
+    if fill is not None: prev.next_fill = fill    # the step in flight fills them if it still can
+    out.device_work = self.device_stream.submit(self._run_step_async, out)
+    self.in_flight = out
+    return out
+
+@patch
+def shutdown(self: ModelRunner) -> None:
+    "Let the device half of the steps in flight finish and stop its thread."
+    if self.device_stream is not None: self.device_stream.shutdown(wait=True)

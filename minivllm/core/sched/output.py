@@ -4,14 +4,15 @@
 
 # %% ../../../nbs/01_scheduler_output.ipynb #6a9115cc
 from __future__ import annotations
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from ...request import Request
 from ...sampling_params import SamplingParams
 
 # %% auto #0
 __all__ = ['SCHEDULER_OUTPUT_FIELDS', 'EMPTY_MODEL_RUNNER_OUTPUT', 'NewRequestData', 'CachedRequestData', 'SchedulerOutput',
-           'Logprob', 'LogprobsLists', 'ModelRunnerOutput', 'EngineCoreOutput', 'PrefixCacheStats', 'SchedulerStats',
-           'EngineCoreOutputs']
+           'Logprob', 'LogprobsLists', 'ModelRunnerOutput', 'AsyncModelRunnerOutput', 'EngineCoreOutput',
+           'PrefixCacheStats', 'SchedulerStats', 'EngineCoreOutputs']
 
 # %% ../../../nbs/01_scheduler_output.ipynb #b7ce2bc4
 @dataclass
@@ -160,6 +161,12 @@ class ModelRunnerOutput:
         return cls(ids, {r: i for i, r in enumerate(ids)}, [list(samples[r]) for r in ids])
 
 EMPTY_MODEL_RUNNER_OUTPUT = ModelRunnerOutput()
+
+# %% ../../../nbs/01_scheduler_output.ipynb #b92ffba7
+class AsyncModelRunnerOutput(ABC):
+    "A step handed back while it may still run (vLLM's): `get_output()` waits and returns it."
+    @abstractmethod
+    def get_output(self) -> ModelRunnerOutput: ...
 
 # %% ../../../nbs/01_scheduler_output.ipynb #eebfe940
 @dataclass
