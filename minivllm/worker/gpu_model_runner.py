@@ -4,6 +4,7 @@
 
 # %% ../../nbs/14_model_runner.ipynb #3a22d14a
 from __future__ import annotations
+import ctypes, functools, os
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import NamedTuple
 import numpy as np
@@ -21,7 +22,7 @@ from minivllm.sample.sampler import (Sampler, SamplingMetadata, gather_logprobs,
 
 # %% auto #0
 __all__ = ['PROMPT_LOGPROBS_CHUNK', 'ModelRunner', 'PromptLogprobsRow', 'HostCopy', 'copy_to_host', 'to_host', 'PreparedStep',
-           'Placeholders', 'TokenFill', 'AsyncGPUModelRunnerOutput']
+           'Placeholders', 'TokenFill', 'AsyncGPUModelRunnerOutput', 'free_openmp_pool']
 
 # %% ../../nbs/14_model_runner.ipynb #febacd56
 class ModelRunner:
@@ -369,6 +370,18 @@ def _finish_step(self: ModelRunner, out: AsyncGPUModelRunnerOutput) -> ModelRunn
     sampled = self._fill_placeholders(out.placeholders, host[0])
     return self._make_output(out.step, sampled, host[1:n], host[n:])
 
+# %% ../../nbs/14_model_runner.ipynb #407afc32
+@functools.cache
+def _libgomp():
+    "GNU OpenMP as torch loaded it (None under another runtime or platform)."
+    try: return ctypes.CDLL("libgomp.so.1", mode=os.RTLD_NOLOAD)
+    except (OSError, AttributeError): return None       # not loaded; no RTLD_NOLOAD off Linux
+
+def free_openmp_pool() -> None:
+    "Let this thread's OpenMP worker threads go (it makes a new pool if it needs one)."
+    gomp = _libgomp()
+    if gomp is not None: gomp.omp_pause_resource_all(2)     # omp_pause_hard: this thread's pool
+
 # %% ../../nbs/14_model_runner.ipynb #3ebf9df7
 @patch
 def _reads_output_history(self: ModelRunner, step: PreparedStep) -> bool:
@@ -381,6 +394,7 @@ def _reads_output_history(self: ModelRunner, step: PreparedStep) -> bool:
 @patch
 def _execute_model_async(self: ModelRunner, scheduler_output):
     "Prepare here and queue the device half behind the step in flight (vLLM's async scheduling)."
+    if self.device.type == "cpu": free_openmp_pool()      # the device thread's pool is enough
     prev = self.in_flight
     if prev is not None and prev.prev is not None: prev.prev.get_output()  # one unknown step
     if prev is not None and prev.needs_sync: prev.get_output()   # its tokens are read below

@@ -1,5 +1,6 @@
 """One `SchedulerOutput` in, one `ModelRunnerOutput` out: update the persistent batch, flatten it, run the model over the paged KV cache, sample, remember the tokens."""
 from __future__ import annotations
+import ctypes, functools, os
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import NamedTuple
 import numpy as np
@@ -11,7 +12,7 @@ from .gpu_input_batch import CachedRequestState, InputBatch, BatchInputs, update
 from ..utils.torch_utils import to_device
 from ..core.sched.output import LogprobsLists, ModelRunnerOutput, AsyncModelRunnerOutput, EMPTY_MODEL_RUNNER_OUTPUT
 from minivllm.sample.sampler import Sampler, SamplingMetadata, gather_logprobs, make_sampling_metadata
-__all__ = ['PROMPT_LOGPROBS_CHUNK', 'ModelRunner', 'PromptLogprobsRow', 'HostCopy', 'copy_to_host', 'to_host', 'PreparedStep', 'Placeholders', 'TokenFill', 'AsyncGPUModelRunnerOutput']
+__all__ = ['PROMPT_LOGPROBS_CHUNK', 'ModelRunner', 'PromptLogprobsRow', 'HostCopy', 'copy_to_host', 'to_host', 'PreparedStep', 'Placeholders', 'TokenFill', 'AsyncGPUModelRunnerOutput', 'free_openmp_pool']
 
 class ModelRunner:
     """The worker: applies `SchedulerOutput`s, runs the model and samples (vLLM `GPUModelRunner`)."""
@@ -165,3 +166,12 @@ class AsyncGPUModelRunnerOutput(AsyncModelRunnerOutput):
     def get_output(self) -> ModelRunnerOutput:
         """Wait for the device half and record the tokens, the step before's first."""
         ...
+
+@functools.cache
+def _libgomp():
+    """GNU OpenMP as torch loaded it (None under another runtime or platform)."""
+    ...
+
+def free_openmp_pool() -> None:
+    """Let this thread's OpenMP worker threads go (it makes a new pool if it needs one)."""
+    ...
