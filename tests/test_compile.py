@@ -114,6 +114,7 @@ def test_failed_compile_warns_and_runs_eagerly(tiny_llama_path, monkeypatch):
         def run(*args, **kw): raise OSError("no C++ compiler")
         return run
     monkeypatch.setattr(model_mod.torch, "compile", broken_compile)
+    monkeypatch.setattr(model_mod, "_COMPILED", {})     # a process that never compiled this model
     with pytest.warns(UserWarning, match="torch.compile failed, running eagerly.*no C\\+\\+ compiler"):
         assert compile_and_warm_up(model) is False
     assert not any("forward" in vars(layer) for layer in model.model.layers)
@@ -128,3 +129,30 @@ def test_only_float32_is_compiled_on_cpu(tiny_llama_path):
     "bfloat16 on a CPU runs eagerly (a compiled graph would keep float32 intermediates and change tokens)."
     llm = LLM(tiny_llama_path, dtype="bfloat16", num_gpu_blocks=16)
     assert "forward" not in vars(llm.model.model.layers[0]) and "compute_logits" not in vars(llm.model)
+
+
+def test_models_of_different_shapes_keep_their_own_graphs(tmp_path):
+    """TorchDynamo keeps at most `recompile_limit` graphs per code object (8) and runs the function eagerly
+    past that. compile_and_warm_up compiles a copy of the layer's forward per parameter layout, so each
+    model shape has its own graphs (checked with the limit at 2: a model's own two), and models of one
+    shape share theirs."""
+    from minivllm.testing.tiny_models import make_tiny_model
+    paths = [make_tiny_model(tmp_path / f"m{width}", intermediate_size=width) for width in (40, 56)]
+    def compiled(path):
+        model = load_model(path)
+        model.bind_kv_caches(make_kv_caches(*model.kv_cache_spec(), 4, 16))
+        assert compile_and_warm_up(model)
+        return model
+    forward = lambda model: model.model.layers[0].forward.__func__    # the compiled copy
+    with torch._dynamo.config.patch(recompile_limit=2):
+        a, b, a_twin = compiled(paths[0]), compiled(paths[1]), compiled(paths[0])
+    assert forward(a) is forward(a_twin) and forward(a) is not forward(b)
+    for model in (a, b):
+        code = forward(model)._torchdynamo_orig_callable.__code__
+        assert len(torch._dynamo.eval_frame._debug_get_cache_entry_list(code)) == 2
+    positions, md = make_attn_metadata([[1]], [0], [3], 16)
+    ids = torch.tensor([5, 6, 7])
+    with torch.no_grad(), torch.compiler.set_stance("fail_on_recompile"):
+        got = b(ids, positions, md)
+    with torch.no_grad(), torch.compiler.set_stance("force_eager"):
+        assert torch.allclose(got, b(ids, positions, md), atol=1e-5)

@@ -6,11 +6,12 @@
 __all__ = ['onednn_linear', 'ONEDNN', 'layer_attention_op', 'ARCHITECTURES', 'get_head_dim', 'rope_parameters', 'RMSNorm',
            'rope_inv_freq', 'apply_rope', 'RotaryEmbedding', 'register_op', 'unquantized_gemm', 'Linear', 'LlamaMLP',
            'layer_attention', 'LlamaAttention', 'make_kv_caches', 'LlamaDecoderLayer', 'LlamaModel', 'LlamaForCausalLM',
-           'compile_and_warm_up', 'rms_norm_triton', 'rope_triton']
+           'compiled_copy', 'compile_and_warm_up', 'rms_norm_triton', 'rope_triton']
 
 # %% ../../../nbs/13_model.ipynb #f11da485
-import math, os, warnings
+import math, os, types, warnings
 from pathlib import Path
+from typing import Callable
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -343,14 +344,28 @@ def _dummy_decode(model: LlamaForCausalLM, num_reqs: int):
     with torch.no_grad():
         model.compute_logits(model(input_ids, positions, metadata))   # layers mark n > 1 dynamic
 
+_COMPILED: dict[tuple, Callable] = {}    # compiled_copy's: one per function and parameter layout
+
+def compiled_copy(fn: Callable, module: nn.Module) -> Callable:
+    "`torch.compile` of a copy of `fn` with a code object of its own per layout of `module`."
+    layout = tuple((n, p.shape, p.dtype, p.device) for n, p in module.named_parameters())
+    key = (fn, type(module), layout)
+    if key not in _COMPILED:        # TorchDynamo keeps graphs, and counts them, per code object
+        copy = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__,
+                                  fn.__defaults__, fn.__closure__)
+        _COMPILED[key] = torch.compile(copy)
+    return _COMPILED[key]
+
 def compile_and_warm_up(model: LlamaForCausalLM, cache: Path | None = None) -> bool:
     "torch.compile one decoder layer (shared by all layers) and one-row logits; `False` if not."
     if not model.kv_caches: raise RuntimeError("bind the KV caches before compile_and_warm_up()")
     if cache is not None: os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache)   # read lazily
     inner = model.model
-    for layer in inner.layers: layer.forward = torch.compile(layer.forward)
+    forward = compiled_copy(type(inner.layers[0]).forward, inner.layers[0])
+    for layer in inner.layers: layer.forward = types.MethodType(forward, layer)
     # one row: the streamed product; more rows call oneDNN, as a graph would (no compile needed)
-    one_row, eager_logits = torch.compile(model.compute_logits), model.compute_logits
+    one_row = types.MethodType(compiled_copy(type(model).compute_logits, model), model)
+    eager_logits = model.compute_logits
     model.compute_logits = lambda h: (one_row if h.shape[0] == 1 else eager_logits)(h)
     inner.regional = inner.mark_dynamic = True
     graphs = {2: "steps of 2+ tokens", 1: "single-token steps"}     # rows -> what the graph serves

@@ -1,7 +1,8 @@
 """A Llama-family decoder (Llama, SmolLM2, Qwen2, Qwen3) over the paged KV cache, loading Hugging Face safetensors."""
-__all__ = ['onednn_linear', 'ONEDNN', 'layer_attention_op', 'ARCHITECTURES', 'get_head_dim', 'rope_parameters', 'RMSNorm', 'rope_inv_freq', 'apply_rope', 'RotaryEmbedding', 'register_op', 'unquantized_gemm', 'Linear', 'LlamaMLP', 'layer_attention', 'LlamaAttention', 'make_kv_caches', 'LlamaDecoderLayer', 'LlamaModel', 'LlamaForCausalLM', 'compile_and_warm_up', 'rms_norm_triton', 'rope_triton']
-import math, os, warnings
+__all__ = ['onednn_linear', 'ONEDNN', 'layer_attention_op', 'ARCHITECTURES', 'get_head_dim', 'rope_parameters', 'RMSNorm', 'rope_inv_freq', 'apply_rope', 'RotaryEmbedding', 'register_op', 'unquantized_gemm', 'Linear', 'LlamaMLP', 'layer_attention', 'LlamaAttention', 'make_kv_caches', 'LlamaDecoderLayer', 'LlamaModel', 'LlamaForCausalLM', 'compiled_copy', 'compile_and_warm_up', 'rms_norm_triton', 'rope_triton']
+import math, os, types, warnings
 from pathlib import Path
+from typing import Callable
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -160,6 +161,11 @@ class LlamaForCausalLM(nn.Module):
 
 def _dummy_decode(model: LlamaForCausalLM, num_reqs: int):
     """Run a decode step of `num_reqs` one-token requests that writes only padding slots."""
+    ...
+_COMPILED: dict[tuple, Callable] = {}
+
+def compiled_copy(fn: Callable, module: nn.Module) -> Callable:
+    """`torch.compile` of a copy of `fn` with a code object of its own per layout of `module`."""
     ...
 
 def compile_and_warm_up(model: LlamaForCausalLM, cache: Path | None=None) -> bool:
