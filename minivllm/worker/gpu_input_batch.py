@@ -333,19 +333,25 @@ def count_output_tokens(self: InputBatch, rows: list[int], token_ids: list[int])
     self.output_bin_counts.index_put_((r, t), torch.ones_like(r, dtype=torch.int32),
                                       accumulate=True)
 
+@patch
+def append_next_tokens(self: InputBatch, tokens: np.ndarray,
+                       discard_request_indices) -> tuple[np.ndarray, np.ndarray]:
+    "Write `tokens[row]` at the next position of every row not discarded; `(rows, positions)`."
+    keep = np.ones(len(tokens), dtype=bool)
+    keep[np.asarray(discard_request_indices, dtype=np.int64)] = False
+    rows = np.flatnonzero(keep)
+    ends = self.num_tokens_no_spec[rows].astype(np.int64)
+    if len(rows) and ends.max() >= self.max_model_len:
+        raise ValueError(f"a row would hold more than max_model_len={self.max_model_len} tokens")
+    self.token_ids_cpu[rows, ends] = tokens[rows]               # every row at once, in numpy
+    self.num_tokens_no_spec[rows] = ends + 1
+    return rows, ends
+
 def bookkeeping_sync(requests: dict[str, CachedRequestState], input_batch: InputBatch,
                      sampled_token_ids, discard_request_indices) -> list[list[int]]:
     "Record each row's sampled token (none for partial prefills); return the per-row lists."
     sampled = np.asarray(sampled_token_ids, dtype=np.int64).reshape(-1)    # one token per row
-    keep = np.ones(len(sampled), dtype=bool)
-    keep[np.asarray(discard_request_indices, dtype=np.int64)] = False
-    rows = np.flatnonzero(keep)
-    ends = input_batch.num_tokens_no_spec[rows]
-    if len(rows) and ends.max() >= input_batch.max_model_len:
-        raise ValueError(f"a row would hold more than max_model_len={input_batch.max_model_len} "
-                         "tokens")
-    input_batch.token_ids_cpu[rows, ends] = sampled[rows]      # every row at once, in numpy
-    input_batch.num_tokens_no_spec[rows] = ends + 1
+    rows, _ = input_batch.append_next_tokens(sampled, discard_request_indices)
     counted = rows[input_batch.has_penalties(rows)]
     input_batch.count_output_tokens(counted, sampled[counted])  # one device operation
     valid = [[t] for t in sampled.tolist()]

@@ -82,6 +82,10 @@ class InputBatch:
         """Add one to `output_bin_counts[row, token]` for each pair, in one device operation."""
         ...
 
+    def append_next_tokens(self: InputBatch, tokens: np.ndarray, discard_request_indices) -> tuple[np.ndarray, np.ndarray]:
+        """Write `tokens[row]` at the next position of every row not discarded; `(rows, positions)`."""
+        ...
+
 def update_states(requests: dict[str, CachedRequestState], input_batch: InputBatch, scheduler_output, device='cpu'):
     """Apply `scheduler_output` to the worker's requests and batch (vLLM `_update_states`)."""
     ...

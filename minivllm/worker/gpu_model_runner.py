@@ -281,19 +281,13 @@ class TokenFill:
 @patch
 def _append_placeholders(self: ModelRunner, step: PreparedStep) -> Placeholders:
     "A `-1` at the next position of every row that samples in `step` (vLLM's placeholders)."
-    input_batch, keep = self.input_batch, np.ones(len(step.req_ids), bool)
-    keep[step.batch_inputs.discard_request_indices] = False
-    rows = np.flatnonzero(keep)
-    ends = input_batch.num_tokens_no_spec[rows]
-    if len(rows) and ends.max() >= input_batch.max_model_len:
-        raise ValueError(f"a row would hold more than {input_batch.max_model_len} tokens")
-    input_batch.token_ids_cpu[rows, ends] = -1
-    input_batch.num_tokens_no_spec[rows] = ends + 1
+    rows, ends = self.input_batch.append_next_tokens(np.full(len(step.req_ids), -1),
+                                                     step.batch_inputs.discard_request_indices)
     req_ids, output_index = [step.req_ids[r] for r in rows.tolist()], []
     for req_id in req_ids:
         tokens = self.requests[req_id].output_token_ids
         output_index.append(len(tokens)); tokens.append(-1)
-    return Placeholders(req_ids, rows, ends.astype(np.int64), output_index)
+    return Placeholders(req_ids, rows, ends, output_index)
 
 @patch
 def _prev_token_fill(self: ModelRunner, step: PreparedStep, prev) -> TokenFill | None:
@@ -323,7 +317,7 @@ def _fill_placeholders(self: ModelRunner, ph: Placeholders, sampled: list) -> li
             input_batch.token_ids_cpu[row, pos] = token
             rows.append(row); counted.append(token)
     rows = np.asarray(rows, dtype=np.int64)
-    pen = input_batch.has_penalties(rows) if len(rows) else np.zeros(0, bool)
+    pen = input_batch.has_penalties(rows)
     input_batch.count_output_tokens(rows[pen], np.asarray(counted, dtype=np.int64)[pen])
     return valid
 
