@@ -117,7 +117,7 @@ llama-cpp: install
 	$(PY) -c "import sentencepiece" 2>/dev/null || $(PY) -m pip install -q sentencepiece
 	PYTHONPATH=$(LLAMA_CPP_SRC)/vendor/llama.cpp/gguf-py $(PY) \
 	  $(LLAMA_CPP_SRC)/vendor/llama.cpp/convert_hf_to_gguf.py --outtype f32 \
-	  --outfile "$$($(PY) -c 'from minivllm.model_executor.model_loader import cache_dir; print(cache_dir())')/SmolLM2-135M-Instruct-f32.gguf" \
+	  --outfile "$$($(PY) -c 'from minivllm.envs import cache_dir; print(cache_dir())')/SmolLM2-135M-Instruct-f32.gguf" \
 	  "$$($(PY) -c 'from minivllm.model_executor.model_loader import default_model_path; print(default_model_path())')"
 
 lab: install

@@ -15,7 +15,8 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 import torch.nn.functional as F
 
-from minivllm.attention.backends.triton_attn import (get_attn_backend, paged_attention_ref,
+from minivllm.attention.selector import get_attn_backend
+from minivllm.attention.backends.triton_attn import (paged_attention_ref,
     split_kv_decode_attention, unified_attention)
 from minivllm.testing.attention import make_paged_batch
 

@@ -36,7 +36,8 @@ from pathlib import Path
 import torch
 
 from minivllm.entrypoints.llm import LLM
-from minivllm.model_executor.model_loader import cache_dir, default_model_path
+from minivllm.envs import cache_dir
+from minivllm.model_executor.model_loader import default_model_path
 from minivllm.sampling_params import SamplingParams
 
 GGUF = cache_dir() / "SmolLM2-135M-Instruct-f32.gguf"   # written by `make llama-cpp`

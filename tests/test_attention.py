@@ -1,4 +1,5 @@
-"""Paged attention: Triton kernels (interpreter on CPU, native on CUDA) and the torch backend vs the reference."""
+"""Paged attention: Triton kernels (interpreter on CPU, native on CUDA), the C++ CPU kernel and the torch backend
+vs the reference."""
 import os
 from pathlib import Path
 
@@ -10,9 +11,11 @@ if not torch.cuda.is_available():
 
 from hypothesis import given, settings, strategies as st
 
-from minivllm.attention.backends.triton_attn import (AttentionMetadata, get_attn_backend,
+from minivllm.attention.backends.cpu_attn import cpu_attention_with_kv_cache, cpu_attn_library
+from minivllm.attention.backends.triton_attn import (AttentionMetadata,
     paged_attention_ref, reshape_and_cache, reshape_and_cache_ref, split_kv_decode_attention,
     torch_paged_attention, unified_attention)
+from minivllm.attention.selector import get_attn_backend
 from minivllm.testing.attention import make_paged_batch
 
 CUDA = torch.cuda.is_available()
@@ -111,14 +114,15 @@ def test_triton_decode_kernels(kernel, dtype, block_size, d, qpk):
     torch.testing.assert_close(out.cpu().float(), ref.float(), atol=TOL[dtype], rtol=TOL[dtype])
 
 
-@pytest.mark.parametrize("kernel", ["unified", "split_kv", "torch"])
+@pytest.mark.parametrize("kernel", ["unified", "split_kv", "torch", "cpu"])
 def test_request_without_queries_is_skipped(kernel):
     "A request scheduled for 0 tokens must not write anybody's rows."
-    dev = "cuda" if CUDA and kernel != "torch" else "cpu"
+    dev = "cuda" if CUDA and kernel not in ("torch", "cpu") else "cpu"
     query, key, value, cache, md = make_paged_batch([1, 0, 1], [5, 20, 40], num_kv_heads=2, qpk=2, device=dev, pad=1)
     reshape_and_cache(key, value, cache, md.slot_mapping) if dev == "cuda" else reshape_and_cache_ref(key, value, cache, md.slot_mapping)
     ref = paged_attention_ref(query.cpu(), cache.cpu(), _to_cpu(md), 0.125)
-    f = dict(unified=unified_attention, split_kv=split_kv_decode_attention, torch=torch_paged_attention)[kernel]
+    f = dict(unified=unified_attention, split_kv=split_kv_decode_attention, torch=torch_paged_attention,
+             cpu=get_attn_backend("cpu", "cpu").forward)[kernel]
     torch.testing.assert_close(f(query, cache, md, 0.125).cpu(), ref, atol=1e-4, rtol=1e-4)
 
 
@@ -204,13 +208,71 @@ def test_torch_backend_random_batches(reqs, block_size, qpk, share, pad, seed):
              num_kv_heads=2, qpk=qpk, head_dim=32, share_prefix=share, pad=pad, seed=seed)
 
 
+# ---------------------------------------------------------------- cpu backend: the C++ kernel for decode rows
+KERNEL = pytest.mark.skipif(cpu_attn_library() is None, reason="the C++ kernel did not build (no compiler)")
+
+
+@KERNEL
+@pytest.mark.parametrize("block_size", [16, 32])
+@pytest.mark.parametrize("d", [32, 64, 128])
+@pytest.mark.parametrize("qpk", [1, 3, 4, 16])
+def test_cpu_backend_grid(block_size, d, qpk):
+    "Decode rows by the kernel, the others by SDPA, in one mixed batch with shared blocks."
+    run_step(get_attn_backend("cpu", "cpu"), MIXED_Q, MIXED_CTX, torch.float32, block_size=block_size,
+             num_kv_heads=2, qpk=qpk, head_dim=d, share_prefix=1, pad=3, seed=qpk + d)
+
+
+@KERNEL
+@settings(max_examples=30, deadline=None)
+@given(reqs=st.lists(st.tuples(st.integers(1, 40), st.integers(0, 70)), min_size=1, max_size=8),
+       block_size=st.sampled_from([16, 32]), qpk=st.sampled_from([1, 2, 3, 5]), d=st.sampled_from([32, 64, 128]),
+       share=st.integers(0, 2), pad=st.integers(0, 2), seed=st.integers(0, 1000))
+def test_cpu_kernel_random_batches(reqs, block_size, qpk, d, share, pad, seed):
+    "With no limit on the query length the kernel alone computes every row: equal to the reference."
+    q_lens, ctx_lens = zip(*reqs)
+    query, key, value, cache, md = make_paged_batch(list(q_lens), list(ctx_lens), block_size=block_size,
+                                                    num_kv_heads=2, qpk=qpk, head_dim=d, share_prefix=share,
+                                                    pad=pad, seed=seed)
+    reshape_and_cache_ref(key, value, cache, md.slot_mapping)
+    out = cpu_attention_with_kv_cache(query, cache, md, d ** -0.5, torch.full_like(query, float("nan")),
+                                      max_query_len=1 << 30)
+    torch.testing.assert_close(out, paged_attention_ref(query, cache, md, d ** -0.5), atol=1e-5, rtol=1e-5)
+
+
+@KERNEL
+def test_cpu_kernel_leaves_other_rows_and_threads_agree():
+    "Rows of longer requests are left as they were; one thread and every thread give the same rows."
+    query, key, value, cache, md = make_paged_batch([1] * 40 + [9], list(range(0, 400, 10)) + [30], num_kv_heads=3,
+                                                    qpk=3, head_dim=64, pad=2)
+    reshape_and_cache_ref(key, value, cache, md.slot_mapping)
+    ref = paged_attention_ref(query, cache, md, 0.125)
+    outs = []
+    for threads in (1, torch.get_num_threads()):
+        torch.set_num_threads(threads)
+        outs.append(cpu_attention_with_kv_cache(query, cache, md, 0.125, torch.full_like(query, 7.0)))
+    torch.testing.assert_close(outs[0][:40], ref[:40], atol=1e-5, rtol=1e-5)
+    assert (outs[0][40:49] == 7.0).all() and (outs[0][49:] == 0).all()      # the 9-query request; padding
+    assert torch.equal(outs[0], outs[1])
+
+
+@KERNEL
+def test_cpu_backend_falls_back_where_the_kernel_does_not_apply():
+    "bfloat16, a head size of 80 or a non-contiguous cache: the torch path, same answers; a direct call refuses."
+    be = get_attn_backend("cpu", "cpu")
+    run_step(be, [1, 5, 1], [30, 0, 7], torch.bfloat16, num_kv_heads=2, qpk=2)
+    run_step(be, [1, 5, 1], [30, 0, 7], torch.float32, num_kv_heads=2, qpk=2, head_dim=80)
+    query, key, value, cache, md = make_paged_batch([1, 3], [20, 5], num_kv_heads=2, qpk=2)
+    with pytest.raises(ValueError, match="expected layout"):
+        cpu_attention_with_kv_cache(query.to(torch.bfloat16), cache, md, 0.125, torch.empty_like(query))
+
+
 # ---------------------------------------------------------------- CUDA-graph padding and launch rules
-@pytest.mark.parametrize("kernel", ["split_kv", "unified", "torch"])
+@pytest.mark.parametrize("kernel", ["split_kv", "unified", "torch", "cpu"])
 @pytest.mark.parametrize("pad_seq_len", [0, 1])
 def test_padded_decode_rows_do_not_disturb_real_rows(kernel, pad_seq_len):
     "A decode batch padded as a CUDA graph pads it (slot -1, seq_len 0 or 1 on a real block) gives the real rows"
     " the unpadded answer, and writes nothing for the padding."
-    dev = "cuda" if CUDA and kernel != "torch" else "cpu"
+    dev = "cuda" if CUDA and kernel not in ("torch", "cpu") else "cpu"
     q, k, v, cache, md = make_paged_batch([1] * 3, [5, 40, 17], num_kv_heads=2, qpk=3, device=dev, seed=5)
     ref_cache = cache.clone()
     reshape_and_cache_ref(k, v, ref_cache, md.slot_mapping)
@@ -223,10 +285,11 @@ def test_padded_decode_rows_do_not_disturb_real_rows(kernel, pad_seq_len):
                             torch.cat([md.block_table, md.block_table[:1].expand(P, -1)]),   # a real block
                             torch.cat([md.slot_mapping, torch.full((P,), -1, dtype=torch.int64, device=dev)]),
                             1, int(md.seq_lens.max()))
-    be = get_attn_backend("torch" if kernel == "torch" else "triton", dev)
+    be = get_attn_backend(kernel if kernel in ("torch", "cpu") else "triton", dev)
     be.write_kv(kp, vp, cache, mdp.slot_mapping)
     assert torch.equal(cache, ref_cache)                      # padding wrote nothing
-    f = dict(unified=unified_attention, split_kv=split_kv_decode_attention, torch=torch_paged_attention)[kernel]
+    f = dict(unified=unified_attention, split_kv=split_kv_decode_attention, torch=torch_paged_attention,
+             cpu=be.forward)[kernel]
     out = f(qp, cache, mdp, 0.125)
     torch.testing.assert_close(out[:3].cpu(), real, atol=1e-4, rtol=1e-4)
     if pad_seq_len == 0: assert out[3:].abs().sum() == 0 and torch.isfinite(out).all()
@@ -258,11 +321,13 @@ def test_launch_rules_are_checked():
 
 
 # ---------------------------------------------------------------- interface
-def test_get_attn_backend():
-    assert get_attn_backend("auto", "cpu").name == "torch"
+def test_get_attn_backend(monkeypatch):
+    assert get_attn_backend("auto", "cpu").name == ("cpu" if cpu_attn_library() else "torch")
     assert get_attn_backend("torch").name == "torch"
-    assert get_attn_backend("auto").name == ("triton" if CUDA else "torch")
-    with pytest.raises(ValueError, match="valid: auto, torch, triton"):
+    assert get_attn_backend("auto").name == ("triton" if CUDA else "cpu" if cpu_attn_library() else "torch")
+    monkeypatch.setattr("minivllm.attention.selector.cpu_attn_library", lambda: None)   # no compiler
+    assert get_attn_backend("auto", "cpu").name == "torch"
+    with pytest.raises(ValueError, match="valid: auto, cpu, torch, triton"):
         get_attn_backend("flashinfer")
 
 

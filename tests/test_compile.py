@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 import minivllm.model_executor.models.llama as model_mod
-from minivllm.attention.backends.triton_attn import get_attn_backend
+from minivllm.attention.selector import get_attn_backend
 from minivllm.worker.utils import make_attn_metadata
 from minivllm.entrypoints.llm import LLM
 from minivllm.model_executor.models.llama import (Linear, compile_and_warm_up, make_kv_caches,

@@ -11,8 +11,8 @@ from transformers import AutoModelForCausalLM, LlamaConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from minivllm.worker.utils import make_attn_metadata
-from minivllm.model_executor.model_loader import (cache_dir, default_model_path, load_model,
-    resolve_dtype)
+from minivllm.envs import cache_dir
+from minivllm.model_executor.model_loader import default_model_path, load_model, resolve_dtype
 from minivllm.model_executor.models.llama import make_kv_caches, rope_inv_freq, rope_parameters
 from minivllm.testing.tiny_models import TINY_CONFIG, make_tiny_model
 

@@ -32,7 +32,7 @@ class EngineArgs:
     enable_chunked_prefill: bool = _arg(True, "split long prompts over several steps")
     long_prefill_token_threshold: int = _arg(0, "cap on one prompt's tokens per step (0: none)")
     scheduling_policy: str = _arg("fcfs", "fcfs or priority")
-    attention_backend: str = _arg("auto", "auto, torch or triton")
+    attention_backend: str = _arg("auto", "auto, cpu, torch or triton")
     enforce_eager: bool = _arg(False, "no torch.compile (CPU, float32), no CUDA graphs (GPU)")
     seed: int | None = _arg(0, "seed of torch's default generator (None: not seeded)")
     num_threads: int | None = _arg(None, "torch CPU threads (default: every core)")

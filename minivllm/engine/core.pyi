@@ -16,7 +16,7 @@ from ..config import CacheConfig, SchedulerConfig
 from ..core.sched.scheduler import Scheduler
 from ..core.sched.async_scheduler import AsyncScheduler
 from ..executor.uniproc_executor import UniProcExecutor
-from ..attention.backends.triton_attn import get_attn_backend
+from ..attention.selector import get_attn_backend
 from ..worker.utils import make_attn_metadata
 from ..model_executor.models.llama import compile_and_warm_up, make_kv_caches
 from minivllm.model_executor.model_loader import compile_cache_dir, default_model_path, load_model

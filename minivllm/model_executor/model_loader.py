@@ -2,8 +2,7 @@
 
 # %% auto #0
 __all__ = ['STACKED_PARAMS', 'DEFAULT_MODEL', 'check_config', 'safetensors_files', 'checkpoint_names', 'load_weights',
-           'resolve_dtype', 'load_model', 'cache_dir', 'compile_cache_dir', 'embedded_gguf', 'convert_gguf',
-           'default_model_path']
+           'resolve_dtype', 'load_model', 'compile_cache_dir', 'embedded_gguf', 'convert_gguf', 'default_model_path']
 
 # %% ../../nbs/13_model.ipynb #366c84c2
 import importlib.util, json, os, shutil, tempfile
@@ -14,7 +13,8 @@ from tqdm import tqdm
 from safetensors import safe_open
 from safetensors.torch import save_file
 from transformers import AutoConfig
-from ..attention.backends.triton_attn import get_attn_backend
+from ..attention.selector import get_attn_backend
+from ..envs import cache_dir
 from .models.llama import ARCHITECTURES, LlamaForCausalLM
 
 # %% ../../nbs/13_model.ipynb #882c9a22
@@ -125,11 +125,6 @@ def load_model(model_path, dtype="auto", device="cpu", attn_backend="auto") -> L
 
 # %% ../../nbs/13_model.ipynb #951be249
 DEFAULT_MODEL = "SmolLM2-135M-Instruct"
-
-def cache_dir() -> Path:
-    "Converted models: in `$MINIVLLM_CACHE`, else `minivllm/` in `$XDG_CACHE_HOME` or `~/.cache`."
-    if os.environ.get("MINIVLLM_CACHE"): return Path(os.environ["MINIVLLM_CACHE"])
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "minivllm"
 
 def compile_cache_dir() -> Path:
     "Where PyTorch keeps compiled code: `$TORCHINDUCTOR_CACHE_DIR`, else `torch_compile/` in ours."

@@ -4,10 +4,10 @@
 
 # %% auto #0
 __all__ = ['KERNEL_CONFIGS', 'MIN_DOT', 'SPLIT_KV_NUM_SEGMENTS', 'SPLIT_KV_MAX_PROGRAMS', 'TORCH_GATHER_BUDGET', 'PAD_SLOT_ID',
-           'ATTN_BACKENDS', 'AttentionMetadata', 'reshape_and_cache_ref', 'paged_attention_ref', 'reshape_and_cache',
-           'KernelConfig', 'kernel_config', 'check_dot_shapes', 'unified_attention', 'split_kv_decode_attention',
+           'AttentionMetadata', 'reshape_and_cache_ref', 'paged_attention_ref', 'reshape_and_cache', 'KernelConfig',
+           'kernel_config', 'check_dot_shapes', 'unified_attention', 'split_kv_decode_attention',
            'triton_paged_attention', 'TorchAttentionBucket', 'TorchPlanCache', 'torch_paged_attention', 'flat_kv_rows',
-           'reshape_and_cache_flat', 'TorchAttentionBackend', 'TritonAttentionBackend', 'get_attn_backend']
+           'reshape_and_cache_flat', 'TorchAttentionBackend', 'TritonAttentionBackend']
 
 # %% ../../../nbs/12_paged_attention.ipynb #da941e75
 from ...core.kv_cache_manager import cdiv
@@ -422,9 +422,10 @@ def triton_paged_attention(query, kv_cache, metadata, scale, out=None):
 # %% ../../../nbs/12_paged_attention.ipynb #4c92be63
 TORCH_GATHER_BUDGET = 1 << 21  # bytes of K/V gathered per bucket: 2 MiB stays in a core's L2 cache
 
-def _buckets(q_lens, seq_lens, row_bytes, slack=2.0, budget=TORCH_GATHER_BUDGET):
+def _buckets(q_lens, seq_lens, row_bytes, slack=2.0, budget=TORCH_GATHER_BUDGET, min_query_len=1):
     "Group requests by query length: padding <= slack x real work, gathered K/V <= budget bytes."
-    order = sorted((i for i in range(len(q_lens)) if q_lens[i] > 0 and seq_lens[i] > 0),
+    order = sorted((i for i in range(len(q_lens))
+                    if q_lens[i] >= max(min_query_len, 1) and seq_lens[i] > 0),
                    key=lambda i: (q_lens[i], seq_lens[i]))
     out, cur, real, mq, ml = [], [], 0, 0, 0
     for i in order:
@@ -454,11 +455,12 @@ class TorchPlanCache(NamedTuple):
     tensors: tuple                     # the metadata tensors it was built from
     plan: list[TorchAttentionBucket]
 
-def _torch_plan(metadata, block_size, qpk, row_bytes, budget) -> list[TorchAttentionBucket]:
+def _torch_plan(metadata, block_size, qpk, row_bytes, budget,
+                min_query_len=1) -> list[TorchAttentionBucket]:
     "Per-bucket gather indices and masks for `torch_paged_attention`, built once per step."
     ts = (metadata.query_start_loc, metadata.seq_lens, metadata.block_table)
     # in-place edits bump _version
-    key = (block_size, qpk, row_bytes, budget, tuple(t._version for t in ts))
+    key = (block_size, qpk, row_bytes, budget, min_query_len, tuple(t._version for t in ts))
     cached = metadata.__dict__.get("_torch_plan")
     if (cached is not None and cached.key == key
             and all(a is b for a, b in zip(cached.tensors, ts))):
@@ -467,7 +469,7 @@ def _torch_plan(metadata, block_size, qpk, row_bytes, budget) -> list[TorchAtten
     ql = [b - a for a, b in zip(starts[:-1], starts[1:])]
     dev, plan = metadata.block_table.device, []
     ar = torch.arange(max(sl + ql + [0]) + block_size, device=dev)
-    for idx in _buckets(ql, sl, row_bytes, budget=budget):
+    for idx in _buckets(ql, sl, row_bytes, budget=budget, min_query_len=min_query_len):
         B, mq, ml = len(idx), max(ql[i] for i in idx), max(sl[i] for i in idx)
         nblk = cdiv(ml, block_size); Lp = nblk * block_size
         idx_t = torch.tensor(idx, device=dev)
@@ -490,13 +492,15 @@ def _torch_plan(metadata, block_size, qpk, row_bytes, budget) -> list[TorchAtten
     return plan
 
 # %% ../../../nbs/12_paged_attention.ipynb #41a456fe
-def torch_paged_attention(query, kv_cache, metadata, scale, out=None, budget=TORCH_GATHER_BUDGET):
-    "Paged attention as batched torch SDPA calls over buckets of similar requests (the CPU path)."
+def torch_paged_attention(query, kv_cache, metadata, scale, out=None, budget=TORCH_GATHER_BUDGET,
+                          min_query_len=1):
+    "Paged attention as SDPA calls over buckets of similar requests (those >= `min_query_len`)."
     _, hq, d = query.shape
     _, _, bs, hkv, _ = kv_cache.shape
     g = hq // hkv
     if out is None: out = torch.zeros_like(query)
-    plan = _torch_plan(metadata, bs, g, 2 * hkv * d * kv_cache.element_size(), budget)
+    plan = _torch_plan(metadata, bs, g, 2 * hkv * d * kv_cache.element_size(), budget,
+                       min_query_len)
     for B, mq, nblk, blocks, q_rows, out_rows, tok_ok, mask in plan:   # TorchAttentionBucket
         # one gather copy, straight into [2, kv_head, block, offset, d]: K, V of a head contiguous
         k, v = kv_cache.permute(1, 3, 0, 2, 4).index_select(2, blocks).view(2, hkv, B, nblk * bs, d)
@@ -561,19 +565,3 @@ class TritonAttentionBackend:
     def forward(self, query, kv_cache, attn_metadata, scale):
         return triton_paged_attention(query, kv_cache, attn_metadata, scale)
     def __repr__(self): return "TritonAttentionBackend()"
-
-ATTN_BACKENDS = {"torch": TorchAttentionBackend, "triton": TritonAttentionBackend}
-
-# %% ../../../nbs/12_paged_attention.ipynb #1aa7cc16
-def get_attn_backend(name="auto", device=None):
-    "Backend by name: 'triton' (CUDA, or CPU under TRITON_INTERPRET=1), 'torch' (CPU) or 'auto'."
-    if device is None: device = "cuda" if torch.cuda.is_available() else "cpu"
-    device = torch.device(device)
-    if name == "auto": name = "triton" if device.type == "cuda" else "torch"
-    if name not in ATTN_BACKENDS:
-        valid = ", ".join(["auto", *ATTN_BACKENDS])
-        raise ValueError(f"unknown attention backend {name!r}; valid: {valid}")
-    if name == "triton" and device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
-        raise ValueError("the triton backend needs a CUDA device "
-                         "(or TRITON_INTERPRET=1 set before import)")
-    return ATTN_BACKENDS[name]()
