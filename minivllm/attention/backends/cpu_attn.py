@@ -6,6 +6,7 @@ __all__ = ['CPU_ATTN_SOURCE', 'CPU_ATTN_FLAGS', 'CPU_ATTN_ARGTYPES', 'CPU_ATTN_M
 
 # %% ../../../nbs/12_paged_attention.ipynb #6a862d88
 CPU_ATTN_SOURCE = r"""
+
 // Paged attention on a CPU, float32: the rows of requests with at most `max_query_len` queries.
 // KV cache [num_blocks, 2, block_size, num_kv_heads, head_dim]; query, out [tokens, heads, dim].
 #include <algorithm>
@@ -18,50 +19,48 @@ constexpr int W = 16;                      // floats per vector: 512 bits (the c
 typedef float vec __attribute__((vector_size(W * sizeof(float))));   // where registers are less)
 static vec load(const float* p) { vec v; std::memcpy(&v, p, sizeof v); return v; }
 static void store(float* p, vec v) { std::memcpy(p, &v, sizeof v); }
-static float hsum(vec v) { float s = 0; for (int i = 0; i < W; ++i) s += v[i]; return s; }
-constexpr int64_t MAX_GROUP = 16;          // query heads per KV head
 
-struct Cache { const float* data; const int32_t* blocks; int64_t block_size, block, token; };
+// Lane j of the result: the sum of the lanes of v[j] (16 vectors in, a butterfly of shuffles).
+static vec sum16(vec* v) {
+    for (int n = W / 2; n >= 1; n /= 2)
+        for (int i = 0; i < n; ++i)
+            v[i] = __builtin_shufflevector(v[2 * i], v[2 * i + 1], 0, 2, 4, 6, 8, 10, 12, 14, 16,
+                                           18, 20, 22, 24, 26, 28, 30)
+                 + __builtin_shufflevector(v[2 * i], v[2 * i + 1], 1, 3, 5, 7, 9, 11, 13, 15, 17,
+                                           19, 21, 23, 25, 27, 29, 31);
+    return v[0];
+}
 
-// The `group` query heads of one KV head against the first `n` keys of a request's blocks:
-// scores (q . k * scale), a softmax per head, then out = p @ V, each key read once per pass.
+// One query head against keys `k[0..n)` and values `v[0..n)` (rows of the paged cache):
+// scores 16 keys at a time, a softmax, then out = p @ V. Rows are fetched ahead of use: the
+// blocks lie anywhere in memory, where the CPU's own prefetcher does not follow.
 template <int D>
-static void attend(const float* q, int64_t group, Cache c, int64_t n, float scale,
-                   float* scores, float* out) {
-    vec qv[MAX_GROUP][D / W], acc[MAX_GROUP][D / W] = {};
-    float inv[MAX_GROUP];
-    for (int r = 0; r < group; ++r)
-        for (int x = 0; x < D / W; ++x) qv[r][x] = load(q + r * D + x * W) * scale;
-    for (int64_t j0 = 0; j0 < n; j0 += c.block_size) {                    // scores
-        const float* k = c.data + c.blocks[j0 / c.block_size] * c.block;
-        for (int64_t j = j0; j < std::min(n, j0 + c.block_size); ++j, k += c.token) {
-            vec kv[D / W];
-            for (int x = 0; x < D / W; ++x) kv[x] = load(k + x * W);
-            for (int r = 0; r < group; ++r) {
-                vec s = qv[r][0] * kv[0];
-                for (int x = 1; x < D / W; ++x) s += qv[r][x] * kv[x];
-                scores[r * n + j] = hsum(s);
-            }
+static void attend(const float* q, const float* const* k, const float* const* v, int64_t n,
+                   float scale, float* s, float* out) {
+    vec qv[D / W], acc[2][D / W] = {};
+    for (int x = 0; x < D / W; ++x) qv[x] = load(q + x * W) * scale;
+    for (int64_t j0 = 0; j0 < n; j0 += W) {                              // scores
+        vec part[W] = {};
+        const int64_t m = std::min<int64_t>(W, n - j0);
+        for (int64_t j = 0; j < m; ++j) {
+            if (j0 + j + W < n)                          // fetch the key 16 rows ahead
+                for (int x = 0; x < D; x += W) __builtin_prefetch(k[j0 + j + W] + x);
+            vec a = qv[0] * load(k[j0 + j]);
+            for (int x = 1; x < D / W; ++x) a += qv[x] * load(k[j0 + j] + x * W);
+            part[j] = a;
         }
+        const vec sums = sum16(part);
+        std::memcpy(s + j0, &sums, m * sizeof(float));
     }
-    for (int r = 0; r < group; ++r) {                                     // softmax
-        float* s = scores + r * n;
-        const float m = *std::max_element(s, s + n);
-        float sum = 0.0f;
-        for (int64_t j = 0; j < n; ++j) sum += (s[j] = std::exp(s[j] - m));
-        inv[r] = 1.0f / sum;
+    const float mx = *std::max_element(s, s + n);                        // softmax
+    float sum = 0.0f;
+    for (int64_t j = 0; j < n; ++j) sum += (s[j] = std::exp(s[j] - mx));
+    for (int64_t j = 0; j < n; ++j) {                                     // p @ V, two chains
+        if (j + W < n)
+            for (int x = 0; x < D; x += W) __builtin_prefetch(v[j + W] + x);
+        for (int x = 0; x < D / W; ++x) acc[j % 2][x] += s[j] * load(v[j] + x * W);
     }
-    for (int64_t j0 = 0; j0 < n; j0 += c.block_size) {                    // p @ V
-        const float* v = c.data + c.blocks[j0 / c.block_size] * c.block + c.block_size * c.token;
-        for (int64_t j = j0; j < std::min(n, j0 + c.block_size); ++j, v += c.token) {
-            vec vv[D / W];
-            for (int x = 0; x < D / W; ++x) vv[x] = load(v + x * W);
-            for (int r = 0; r < group; ++r)
-                for (int x = 0; x < D / W; ++x) acc[r][x] += scores[r * n + j] * vv[x];
-        }
-    }
-    for (int r = 0; r < group; ++r)
-        for (int x = 0; x < D / W; ++x) store(out + r * D + x * W, acc[r][x] * inv[r]);
+    for (int x = 0; x < D / W; ++x) store(out + x * W, (acc[0][x] + acc[1][x]) * (1.0f / sum));
 }
 
 extern "C" int cpu_attention_with_kv_cache(
@@ -70,34 +69,43 @@ extern "C" int cpu_attention_with_kv_cache(
         int64_t block_table_stride, int64_t num_seqs, int64_t num_tokens, int64_t num_heads,
         int64_t num_kv_heads, int64_t head_dim, int64_t block_size, float scale,
         int64_t max_query_len, int64_t num_threads) {
+    const auto head = head_dim == 32 ? attend<32> : head_dim == 64 ? attend<64>
+                      : head_dim == 128 ? attend<128> : nullptr;
+    if (head == nullptr) return 1;
     const int64_t group = num_heads / num_kv_heads, token = num_kv_heads * head_dim;
-    if (group > MAX_GROUP || !(head_dim == 32 || head_dim == 64 || head_dim == 128)) return 1;
     std::vector<int64_t> seq_of(num_tokens, -1);       // a row's request; -1: padding
     int64_t work = 0;                                  // keys read, to decide on threads
     for (int64_t b = 0; b < num_seqs; ++b) {
         const int64_t q0 = query_start_loc[b], q1 = query_start_loc[b + 1];
         const bool here = q1 - q0 <= max_query_len;     // -2: another kernel's rows
         std::fill(seq_of.begin() + q0, seq_of.begin() + q1, here ? b : -2);
-        if (!here) continue;
-        work += (q1 - q0) * seq_lens[b];
+        if (here) work += (q1 - q0) * seq_lens[b];
     }
     #pragma omp parallel num_threads(work * num_kv_heads > 4096 ? num_threads : 1)
     {
         std::vector<float> scores;
+        std::vector<const float*> rows;                // the row's keys, then its values
         #pragma omp for schedule(dynamic, 1)
-        for (int64_t item = 0; item < num_tokens * num_kv_heads; ++item) {
-            const int64_t t = item / num_kv_heads, h = item % num_kv_heads, b = seq_of[t];
+        for (int64_t t = 0; t < num_tokens; ++t) {     // one query row, all its heads
+            const int64_t b = seq_of[t];
             if (b == -2) continue;                                      // another kernel's row
             const int64_t n = b < 0 ? 0 : seq_lens[b] - query_start_loc[b + 1] + t + 1;  // causal
-            float* o = out + (t * num_heads + h * group) * head_dim;
-            if (n <= 0) { std::fill(o, o + group * head_dim, 0.0f); continue; }   // padding
-            const Cache c{kv_cache + h * head_dim, block_table + b * block_table_stride,
-                          block_size, 2 * block_size * token, token};
-            const float* q = query + t * query_row_stride + h * group * head_dim;
-            scores.resize(group * n);
-            if (head_dim == 32) attend<32>(q, group, c, n, scale, scores.data(), o);
-            if (head_dim == 64) attend<64>(q, group, c, n, scale, scores.data(), o);
-            if (head_dim == 128) attend<128>(q, group, c, n, scale, scores.data(), o);
+            float* o = out + t * num_heads * head_dim;
+            if (n <= 0) { std::fill(o, o + num_heads * head_dim, 0.0f); continue; }   // padding
+            const int32_t* blocks = block_table + b * block_table_stride;
+            rows.resize(2 * n);
+            scores.resize(n);
+            for (int64_t j = 0; j < n; ++j) {          // key j and value j of KV head 0
+                const int64_t slot = blocks[j / block_size] * 2 * block_size + j % block_size;
+                rows[j] = kv_cache + slot * token;
+                rows[n + j] = rows[j] + block_size * token;
+            }
+            for (int64_t h = 0; h < num_heads; ++h) {  // query head h reads KV head h / group
+                if (h > 0 && h % group == 0)
+                    for (auto& row : rows) row += head_dim;
+                head(query + t * query_row_stride + h * head_dim, &rows[0], &rows[n], n, scale,
+                     scores.data(), o + h * head_dim);
+            }
         }
     }
     return 0;
