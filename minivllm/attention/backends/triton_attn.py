@@ -538,7 +538,7 @@ def reshape_and_cache_flat(key, value, kv_cache, rows, kept=None):
 
 # %% ../../../nbs/12_paged_attention.ipynb #e53e1ccf
 class TorchAttentionBackend:
-    "Attention with plain torch ops: `index_copy_` writes and bucketed SDPA (the CPU path)."
+    "Attention with plain torch ops: `index_copy_` writes and bucketed SDPA (a CPU path)."
     name = "torch"
     def __init__(self): self._rows = None     # (slot_mapping, its _version, block_size, rows, kept)
 
