@@ -175,6 +175,10 @@ def cpu_attention_with_kv_cache(query, kv_cache, metadata, scale: float, out: to
     "vLLM's CPU op: attention of the rows of requests with <= `max_query_len` queries, into `out`."
     if not cpu_attention_supported(query, kv_cache, metadata) or not out.is_contiguous():
         raise ValueError("cpu_attention_with_kv_cache: float32 CPU tensors in the expected layout")
+    return _cpu_attention(query, kv_cache, metadata, scale, out, max_query_len)
+
+def _cpu_attention(query, kv_cache, metadata, scale, out, max_query_len):
+    "The kernel's call, the tensors already checked."
     num_tokens, num_heads, head_dim = query.shape
     _, _, block_size, num_kv_heads, _ = kv_cache.shape
     m = metadata
@@ -192,8 +196,8 @@ class CPUAttentionBackend(TorchAttentionBackend):
     def forward(self, query, kv_cache, attn_metadata, scale):
         if not cpu_attention_supported(query, kv_cache, attn_metadata):
             return torch_paged_attention(query, kv_cache, attn_metadata, scale)
-        out = cpu_attention_with_kv_cache(query, kv_cache, attn_metadata, scale,
-                                          torch.empty_like(query))
+        out = _cpu_attention(query, kv_cache, attn_metadata, scale, torch.empty_like(query),
+                             CPU_ATTN_MAX_QUERY_LEN)
         if attn_metadata.max_query_len > CPU_ATTN_MAX_QUERY_LEN:
             torch_paged_attention(query, kv_cache, attn_metadata, scale, out,
                                   min_query_len=CPU_ATTN_MAX_QUERY_LEN + 1)
