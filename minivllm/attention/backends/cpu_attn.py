@@ -165,8 +165,7 @@ def cpu_attention_supported(query, kv_cache, metadata) -> bool:
     _, num_heads, head_dim = query.shape
     ints = (metadata.query_start_loc, metadata.seq_lens, metadata.block_table)
     return (query.device.type == "cpu" and query.dtype == kv_cache.dtype == torch.float32
-            and head_dim in (32, 64, 128) and num_heads // kv_cache.shape[3] <= 16
-            and query.stride(2) == 1 and query.stride(1) == head_dim and kv_cache.is_contiguous()
+            and head_dim in (32, 64, 128) and query.stride(2) == 1 and query.stride(1) == head_dim and kv_cache.is_contiguous()
             and all(t.dtype == torch.int32 and t.stride(-1) == 1 for t in ints)
             and cpu_attn_library() is not None)
 
@@ -182,11 +181,12 @@ def _cpu_attention(query, kv_cache, metadata, scale, out, max_query_len):
     num_tokens, num_heads, head_dim = query.shape
     _, _, block_size, num_kv_heads, _ = kv_cache.shape
     m = metadata
-    cpu_attn_library()(
+    failed = cpu_attn_library()(
         query.data_ptr(), query.stride(0), kv_cache.data_ptr(), out.data_ptr(),
         m.query_start_loc.data_ptr(), m.seq_lens.data_ptr(), m.block_table.data_ptr(),
         m.block_table.stride(0), m.seq_lens.shape[0], num_tokens, num_heads, num_kv_heads,
         head_dim, block_size, scale, max_query_len, torch.get_num_threads())
+    if failed: raise ValueError(f"the CPU attention kernel has no head size {head_dim}")
     return out
 
 # %% ../../../nbs/12_paged_attention.ipynb #f4a75c2a
