@@ -165,7 +165,8 @@ def cpu_attention_supported(query, kv_cache, metadata) -> bool:
     _, num_heads, head_dim = query.shape
     ints = (metadata.query_start_loc, metadata.seq_lens, metadata.block_table)
     return (query.device.type == "cpu" and query.dtype == kv_cache.dtype == torch.float32
-            and head_dim in (32, 64, 128) and query.stride(2) == 1 and query.stride(1) == head_dim and kv_cache.is_contiguous()
+            and head_dim in (32, 64, 128) and kv_cache.is_contiguous()
+            and query.stride(2) == 1 and query.stride(1) == head_dim
             and all(t.dtype == torch.int32 and t.stride(-1) == 1 for t in ints)
             and cpu_attn_library() is not None)
 
