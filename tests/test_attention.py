@@ -355,13 +355,16 @@ def test_every_kernel_config_compiles_for_sm90_without_spills(tmp_path):
     """Every entry of KERNEL_CONFIGS (and the reduce and write kernels) compiles for sm_90 on a CPU with
     the pinned Triton, 0 bytes spilled: the GPU check's stage k (`make gpu-rehearsal` runs it with
     the device's Triton)."""
-    import json, subprocess, sys
+    import json, os, subprocess, sys
     try:
         from triton.backends.nvidia.compiler import CUDABackend  # noqa: F401
     except Exception:
         pytest.skip("triton's CUDA backend is not installed")
+    # as gpu_check.sh runs it: Triton imported as a compiler (this process set TRITON_INTERPRET=1,
+    # under which a kernel not yet in Triton's cache fails to compile)
+    env = {**os.environ, "TRITON_INTERPRET": "0"}
     r = subprocess.run([sys.executable, str(GPU_CHECK), "k", "--work", str(tmp_path), "--budget", "900"],
-                       capture_output=True, text=True, timeout=1200)
+                       capture_output=True, text=True, timeout=1200, env=env)
     items = json.loads((tmp_path / "k.json").read_text())["items"]
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     assert len(items) == 39 and all(v["spilled_bytes"] == 0 for v in items.values()), items
