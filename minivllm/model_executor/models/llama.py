@@ -6,10 +6,10 @@
 __all__ = ['onednn_linear', 'ONEDNN', 'layer_attention_op', 'ARCHITECTURES', 'get_head_dim', 'rope_parameters', 'RMSNorm',
            'rope_inv_freq', 'apply_rope', 'RotaryEmbedding', 'register_op', 'unquantized_gemm', 'Linear', 'LlamaMLP',
            'layer_attention', 'LlamaAttention', 'make_kv_caches', 'LlamaDecoderLayer', 'LlamaModel', 'LlamaForCausalLM',
-           'compiled_copy', 'compile_and_warm_up', 'rms_norm_triton', 'rope_triton']
+           'trust_known_vec_isa', 'compiled_copy', 'compile_and_warm_up', 'rms_norm_triton', 'rope_triton']
 
 # %% ../../../nbs/13_model.ipynb #f11da485
-import math, os, types, warnings
+import hashlib, math, os, platform, types, warnings
 from pathlib import Path
 from typing import Callable
 import torch
@@ -18,6 +18,7 @@ from torch import nn
 from fastcore.basics import patch
 from tqdm import tqdm
 from ...attention.backends.triton_attn import AttentionMetadata, PAD_SLOT_ID, _on_device
+from ...attention.backends.cpu_attn import cpu_flags
 from ...forward_context import get_forward_context, set_forward_context
 import triton                  # after the attention module: it picks the interpreter on a CPU
 import triton.language as tl
@@ -344,6 +345,20 @@ def _dummy_decode(model: LlamaForCausalLM, num_reqs: int):
     with torch.no_grad():
         model.compute_logits(model(input_ids, positions, metadata))   # layers mark n > 1 dynamic
 
+def trust_known_vec_isa(cache: Path | None = None) -> Path:
+    "Skip inductor's vector-ISA probe if `cache` holds its verdict for this torch, compiler, CPU."
+    from torch._inductor import config, cpu_vec_isa
+    from torch._inductor.cpp_builder import get_cpp_compiler
+    from torch._inductor.runtime.cache_dir_utils import cache_dir as inductor_cache_dir
+    cache = Path(cache or inductor_cache_dir())
+    key = "\n".join([torch.__version__, get_cpp_compiler(), platform.machine(), cpu_flags()])
+    verdict = cache / f"vec_isa-{hashlib.sha256(key.encode()).hexdigest()[:16]}.txt"
+    if verdict.exists() and config.cpp.vec_isa_ok is None:   # what trusting the flags picks
+        with config.patch({"cpp.vec_isa_ok": True}): trusted = str(cpu_vec_isa.pick_vec_isa())
+        if trusted == verdict.read_text(): config.cpp.vec_isa_ok = True
+        else: cpu_vec_isa.valid_vec_isa_list.cache_clear()         # the probe decides again
+    return verdict
+
 _COMPILED: dict[tuple, Callable] = {}    # compiled_copy's: one per function and parameter layout
 
 def compiled_copy(fn: Callable, module: nn.Module) -> Callable:
@@ -360,6 +375,7 @@ def compile_and_warm_up(model: LlamaForCausalLM, cache: Path | None = None) -> b
     "torch.compile one decoder layer (shared by all layers) and one-row logits; `False` if not."
     if not model.kv_caches: raise RuntimeError("bind the KV caches before compile_and_warm_up()")
     if cache is not None: os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache)   # read lazily
+    vec_isa = trust_known_vec_isa(cache)
     inner = model.model
     forward = compiled_copy(type(inner.layers[0]).forward, inner.layers[0])
     for layer in inner.layers: layer.forward = types.MethodType(forward, layer)
@@ -379,6 +395,8 @@ def compile_and_warm_up(model: LlamaForCausalLM, cache: Path | None = None) -> b
                       f"{str(e)[:200]}); enforce_eager=True skips compiling")
         return False
     finally: inner.mark_dynamic = False
+    from torch._inductor.cpu_vec_isa import pick_vec_isa       # the ISA that built and loaded
+    vec_isa.write_text(str(pick_vec_isa()))
     return True
 
 # %% ../../../nbs/13_model.ipynb #aaa4d9d5

@@ -1,6 +1,6 @@
 """A Llama-family decoder (Llama, SmolLM2, Qwen2, Qwen3) over the paged KV cache, loading Hugging Face safetensors."""
-__all__ = ['onednn_linear', 'ONEDNN', 'layer_attention_op', 'ARCHITECTURES', 'get_head_dim', 'rope_parameters', 'RMSNorm', 'rope_inv_freq', 'apply_rope', 'RotaryEmbedding', 'register_op', 'unquantized_gemm', 'Linear', 'LlamaMLP', 'layer_attention', 'LlamaAttention', 'make_kv_caches', 'LlamaDecoderLayer', 'LlamaModel', 'LlamaForCausalLM', 'compiled_copy', 'compile_and_warm_up', 'rms_norm_triton', 'rope_triton']
-import math, os, types, warnings
+__all__ = ['onednn_linear', 'ONEDNN', 'layer_attention_op', 'ARCHITECTURES', 'get_head_dim', 'rope_parameters', 'RMSNorm', 'rope_inv_freq', 'apply_rope', 'RotaryEmbedding', 'register_op', 'unquantized_gemm', 'Linear', 'LlamaMLP', 'layer_attention', 'LlamaAttention', 'make_kv_caches', 'LlamaDecoderLayer', 'LlamaModel', 'LlamaForCausalLM', 'trust_known_vec_isa', 'compiled_copy', 'compile_and_warm_up', 'rms_norm_triton', 'rope_triton']
+import hashlib, math, os, platform, types, warnings
 from pathlib import Path
 from typing import Callable
 import torch
@@ -9,6 +9,7 @@ from torch import nn
 from fastcore.basics import patch
 from tqdm import tqdm
 from ...attention.backends.triton_attn import AttentionMetadata, PAD_SLOT_ID, _on_device
+from ...attention.backends.cpu_attn import cpu_flags
 from ...forward_context import get_forward_context, set_forward_context
 import triton
 import triton.language as tl
@@ -161,6 +162,10 @@ class LlamaForCausalLM(nn.Module):
 
 def _dummy_decode(model: LlamaForCausalLM, num_reqs: int):
     """Run a decode step of `num_reqs` one-token requests that writes only padding slots."""
+    ...
+
+def trust_known_vec_isa(cache: Path | None=None) -> Path:
+    """Skip inductor's vector-ISA probe if `cache` holds its verdict for this torch, compiler, CPU."""
     ...
 _COMPILED: dict[tuple, Callable] = {}
 
