@@ -24,9 +24,15 @@ export: install
 	$(PY) tools/export.py
 
 ## test: library in sync with the notebooks, notebooks clean, every notebook (executed once: the
-## notebook tests and the site's outputs), tests/, then the docs site, checked in a browser, then
-## the GPU check's dry run in the device image's versions
-test: install sync-check nbtest pytest docs-check gpu-rehearsal
+## notebook tests and the site's outputs), then tests/ and, beside it, the GPU check's dry run in the
+## device image's versions followed by the docs site, checked in a browser. pytest keeps about one
+## of two cores busy, so the other two run on the other (their log is printed when they end).
+test: install sync-check nbtest
+	@mkdir -p build; log=build/gpu-rehearsal-and-docs.log; \
+	  (r=0; $(MAKE) gpu-rehearsal || r=1; $(MAKE) docs-check -o nbtest || r=1; exit $$r) \
+	    > $$log 2>&1 & side=$$!; \
+	  $(MAKE) pytest; rc=$$?; wait $$side || rc=1; \
+	  echo "---- beside pytest: make gpu-rehearsal, make docs-check ($$log)"; cat $$log; exit $$rc
 
 sync-check: install
 	@tmp=$$(mktemp -d) && cp -r minivllm nbs $$tmp/ && \
