@@ -163,22 +163,23 @@ def test_vec_isa_verdict_is_trusted_only_where_trusting_the_flags_picks_it(tmp_p
     process); trust_known_vec_isa skips that where the compile cache holds the ISA of an earlier
     compile and trusting the flags picks the same one, and leaves the probe to decide otherwise."""
     from torch._inductor import config, cpu_vec_isa
-    monkeypatch.setattr(config.cpp, "vec_isa_ok", None)            # restored after the test
     probes = []
     monkeypatch.setattr(cpu_vec_isa.VecISA, "check_build",
                         lambda self, code: probes.append(str(self)) or True)
     with config.patch({"cpp.vec_isa_ok": True}): flagged = str(cpu_vec_isa.pick_vec_isa())
-    verdict = model_mod.trust_known_vec_isa(tmp_path)
-    assert verdict.parent == tmp_path and not verdict.exists() and config.cpp.vec_isa_ok is None
-    verdict.write_text("sse2")                  # an ISA that trusting the flags would not pick
-    model_mod.trust_known_vec_isa(tmp_path)
-    assert config.cpp.vec_isa_ok is None    # the probe decides, keeping nothing computed trusting
-    assert cpu_vec_isa.valid_vec_isa_list.cache_info().currsize == 0
-    verdict.write_text(flagged)
-    cpu_vec_isa.valid_vec_isa_list.cache_clear(); probes.clear()
-    assert model_mod.trust_known_vec_isa(tmp_path) == verdict and config.cpp.vec_isa_ok is True
-    assert str(cpu_vec_isa.pick_vec_isa()) == flagged and probes == []
-    monkeypatch.setattr(config.cpp, "vec_isa_ok", False)           # the user's own setting wins
-    verdict.write_text(flagged); model_mod.trust_known_vec_isa(tmp_path)
-    assert config.cpp.vec_isa_ok is False
+    with config.patch({"cpp.vec_isa_ok": None}):          # and what the function sets, undone
+        verdict = model_mod.trust_known_vec_isa(tmp_path)
+        assert verdict.parent == tmp_path and not verdict.exists()
+        assert config.cpp.vec_isa_ok is None
+        verdict.write_text("sse2")              # an ISA that trusting the flags would not pick
+        model_mod.trust_known_vec_isa(tmp_path)
+        assert config.cpp.vec_isa_ok is None    # the probe decides, keeping nothing computed trusting
+        assert cpu_vec_isa.valid_vec_isa_list.cache_info().currsize == 0
+        verdict.write_text(flagged)
+        cpu_vec_isa.valid_vec_isa_list.cache_clear(); probes.clear()
+        assert model_mod.trust_known_vec_isa(tmp_path) == verdict and config.cpp.vec_isa_ok is True
+        assert str(cpu_vec_isa.pick_vec_isa()) == flagged and probes == []
+    with config.patch({"cpp.vec_isa_ok": False}):         # the user's own setting wins
+        model_mod.trust_known_vec_isa(tmp_path)
+        assert config.cpp.vec_isa_ok is False
     cpu_vec_isa.valid_vec_isa_list.cache_clear()
