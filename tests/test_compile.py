@@ -158,28 +158,36 @@ def test_models_of_different_shapes_keep_their_own_graphs(tmp_path):
         assert torch.allclose(got, b(ids, positions, md), atol=1e-5)
 
 
-def test_vec_isa_verdict_is_trusted_only_where_trusting_the_flags_picks_it(tmp_path, monkeypatch):
+def test_vec_isa_probe_runs_once_and_is_trusted_only_where_the_flags_pick_the_same(tmp_path,
+                                                                                  monkeypatch):
     """Inductor probes each vector ISA the CPU's flags list in a new process (about a second in every
-    process); trust_known_vec_isa skips that where the compile cache holds the ISA of an earlier
-    compile and trusting the flags picks the same one, and leaves the probe to decide otherwise."""
+    process). trust_known_vec_isa runs that probe once per torch, compiler and CPU, keeps its verdict
+    in the compile cache, and trusts the CPU's flags (in every process alike, so the compiled
+    graphs' cache keys agree) only where that picks the verdict's ISA; the user's setting wins."""
     from torch._inductor import config, cpu_vec_isa
     probes = []
     monkeypatch.setattr(cpu_vec_isa.VecISA, "check_build",
                         lambda self, code: probes.append(str(self)) or True)
     with config.patch({"cpp.vec_isa_ok": True}): flagged = str(cpu_vec_isa.pick_vec_isa())
     with config.patch({"cpp.vec_isa_ok": None}):          # and what the function sets, undone
-        verdict = model_mod.trust_known_vec_isa(tmp_path)
-        assert verdict.parent == tmp_path and not verdict.exists()
-        assert config.cpp.vec_isa_ok is None
-        verdict.write_text("sse2")              # an ISA that trusting the flags would not pick
+        cpu_vec_isa.valid_vec_isa_list.cache_clear()
+        probed = str(cpu_vec_isa.pick_vec_isa())          # what the probe picks, done beforehand
+        cpu_vec_isa.valid_vec_isa_list.cache_clear()
+        verdict = model_mod.trust_known_vec_isa(tmp_path)           # nothing known: it probes
+        assert verdict.parent == tmp_path and verdict.read_text() == probed
+        assert config.cpp.vec_isa_ok is (True if probed == flagged else None)
+    with config.patch({"cpp.vec_isa_ok": None}):
+        verdict.write_text("sse2")              # a verdict that trusting the flags would not give
         model_mod.trust_known_vec_isa(tmp_path)
         assert config.cpp.vec_isa_ok is None    # the probe decides, keeping nothing computed trusting
         assert cpu_vec_isa.valid_vec_isa_list.cache_info().currsize == 0
+    with config.patch({"cpp.vec_isa_ok": None}):
         verdict.write_text(flagged)
         cpu_vec_isa.valid_vec_isa_list.cache_clear(); probes.clear()
         assert model_mod.trust_known_vec_isa(tmp_path) == verdict and config.cpp.vec_isa_ok is True
         assert str(cpu_vec_isa.pick_vec_isa()) == flagged and probes == []
+    verdict.unlink()
     with config.patch({"cpp.vec_isa_ok": False}):         # the user's own setting wins
         model_mod.trust_known_vec_isa(tmp_path)
-        assert config.cpp.vec_isa_ok is False
+        assert config.cpp.vec_isa_ok is False and not verdict.exists()
     cpu_vec_isa.valid_vec_isa_list.cache_clear()

@@ -346,17 +346,21 @@ def _dummy_decode(model: LlamaForCausalLM, num_reqs: int):
         model.compute_logits(model(input_ids, positions, metadata))   # layers mark n > 1 dynamic
 
 def trust_known_vec_isa(cache: Path | None = None) -> Path:
-    "Skip inductor's vector-ISA probe if `cache` holds its verdict for this torch, compiler, CPU."
+    "Inductor's vector-ISA probe run once per torch, compiler and CPU (verdict kept in `cache`)."
     from torch._inductor import config, cpu_vec_isa
     from torch._inductor.cpp_builder import get_cpp_compiler
     from torch._inductor.runtime.cache_dir_utils import cache_dir as inductor_cache_dir
-    cache = Path(cache or inductor_cache_dir())
     key = "\n".join([torch.__version__, get_cpp_compiler(), platform.machine(), cpu_flags()])
-    verdict = cache / f"vec_isa-{hashlib.sha256(key.encode()).hexdigest()[:16]}.txt"
-    if verdict.exists() and config.cpp.vec_isa_ok is None:   # what trusting the flags picks
-        with config.patch({"cpp.vec_isa_ok": True}): trusted = str(cpu_vec_isa.pick_vec_isa())
-        if trusted == verdict.read_text(): config.cpp.vec_isa_ok = True
-        else: cpu_vec_isa.valid_vec_isa_list.cache_clear()         # the probe decides again
+    name = f"vec_isa-{hashlib.sha256(key.encode()).hexdigest()[:16]}.txt"
+    verdict = Path(cache or inductor_cache_dir()) / name
+    if config.cpp.vec_isa_ok is not None: return verdict        # the user's own setting
+    if not verdict.exists():                 # the probe: a new Python process per ISA
+        probed = str(cpu_vec_isa.pick_vec_isa())
+        verdict.parent.mkdir(parents=True, exist_ok=True); verdict.write_text(probed)
+    cpu_vec_isa.valid_vec_isa_list.cache_clear()
+    with config.patch({"cpp.vec_isa_ok": True}): trusted = str(cpu_vec_isa.pick_vec_isa())
+    if trusted == verdict.read_text(): config.cpp.vec_isa_ok = True   # in every process alike
+    else: cpu_vec_isa.valid_vec_isa_list.cache_clear()             # the probe decides
     return verdict
 
 _COMPILED: dict[tuple, Callable] = {}    # compiled_copy's: one per function and parameter layout
@@ -375,7 +379,7 @@ def compile_and_warm_up(model: LlamaForCausalLM, cache: Path | None = None) -> b
     "torch.compile one decoder layer (shared by all layers) and one-row logits; `False` if not."
     if not model.kv_caches: raise RuntimeError("bind the KV caches before compile_and_warm_up()")
     if cache is not None: os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache)   # read lazily
-    vec_isa = trust_known_vec_isa(cache)
+    trust_known_vec_isa(cache)
     inner = model.model
     forward = compiled_copy(type(inner.layers[0]).forward, inner.layers[0])
     for layer in inner.layers: layer.forward = types.MethodType(forward, layer)
@@ -395,8 +399,6 @@ def compile_and_warm_up(model: LlamaForCausalLM, cache: Path | None = None) -> b
                       f"{str(e)[:200]}); enforce_eager=True skips compiling")
         return False
     finally: inner.mark_dynamic = False
-    from torch._inductor.cpu_vec_isa import pick_vec_isa       # the ISA that built and loaded
-    vec_isa.write_text(str(pick_vec_isa()))
     return True
 
 # %% ../../../nbs/13_model.ipynb #aaa4d9d5

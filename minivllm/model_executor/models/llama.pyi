@@ -165,7 +165,7 @@ def _dummy_decode(model: LlamaForCausalLM, num_reqs: int):
     ...
 
 def trust_known_vec_isa(cache: Path | None=None) -> Path:
-    """Skip inductor's vector-ISA probe if `cache` holds its verdict for this torch, compiler, CPU."""
+    """Inductor's vector-ISA probe run once per torch, compiler and CPU (verdict kept in `cache`)."""
     ...
 _COMPILED: dict[tuple, Callable] = {}
 
