@@ -379,7 +379,6 @@ def compile_and_warm_up(model: LlamaForCausalLM, cache: Path | None = None) -> b
     "torch.compile one decoder layer (shared by all layers) and one-row logits; `False` if not."
     if not model.kv_caches: raise RuntimeError("bind the KV caches before compile_and_warm_up()")
     if cache is not None: os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache)   # read lazily
-    trust_known_vec_isa(cache)
     inner = model.model
     forward = compiled_copy(type(inner.layers[0]).forward, inner.layers[0])
     for layer in inner.layers: layer.forward = types.MethodType(forward, layer)
@@ -391,6 +390,7 @@ def compile_and_warm_up(model: LlamaForCausalLM, cache: Path | None = None) -> b
     graphs = {2: "steps of 2+ tokens", 1: "single-token steps"}     # rows -> what the graph serves
     try:
         with tqdm(graphs.items(), desc="torch.compile (cached later)", disable=None) as bar:
+            trust_known_vec_isa(cache)      # the first time, seconds of probing: under the bar
             for n, serves in bar: bar.set_postfix_str(serves); _dummy_decode(model, n)
     except Exception as e:          # inductor needs a C++ compiler, for one
         for layer in inner.layers: del layer.forward            # back to the eager methods
