@@ -26,7 +26,7 @@ export: install
 ## test: library in sync with the notebooks, notebooks clean, every notebook (executed once: the
 ## notebook tests and the site's outputs), then tests/ and, beside it, the GPU check's dry run in the
 ## device image's versions followed by the docs site, checked in a browser. pytest keeps about one
-## of two cores busy, so the other two run on the other (their log is printed when they end).
+## of two cores busy, so those two run on the other core (their log is printed after pytest's).
 test: install sync-check nbtest
 	@mkdir -p build; log=build/gpu-rehearsal-and-docs.log; \
 	  (r=0; $(MAKE) gpu-rehearsal || r=1; $(MAKE) docs-check -o nbtest || r=1; exit $$r) \

@@ -355,8 +355,8 @@ def trust_known_vec_isa(cache: Path | None = None) -> Path:
     verdict = Path(cache or inductor_cache_dir()) / name
     if config.cpp.vec_isa_ok is not None: return verdict        # the user's own setting
     if not verdict.exists():                 # the probe: a new Python process per ISA
-        probed = str(cpu_vec_isa.pick_vec_isa())
-        verdict.parent.mkdir(parents=True, exist_ok=True); verdict.write_text(probed)
+        verdict.parent.mkdir(parents=True, exist_ok=True)
+        verdict.write_text(str(cpu_vec_isa.pick_vec_isa()))
     cpu_vec_isa.valid_vec_isa_list.cache_clear()
     with config.patch({"cpp.vec_isa_ok": True}): trusted = str(cpu_vec_isa.pick_vec_isa())
     if trusted == verdict.read_text(): config.cpp.vec_isa_ok = True   # in every process alike
