@@ -27,8 +27,13 @@ export: install
 ## notebook tests and the site's outputs), then tests/ and, beside it, the GPU check's dry run in the
 ## device image's versions followed by the docs site, checked in a browser. pytest keeps about one
 ## of two cores busy, so those two run on the other core (their log is printed after pytest's).
-test: install sync-check nbtest
-	@mkdir -p build; log=build/gpu-rehearsal-and-docs.log; \
+## The vLLM venv that pytest needs (pip, a minute and more) is built beside the project's install.
+test:
+	@mkdir -p build; venv_log=build/vllm-env.log; $(MAKE) vllm-env > $$venv_log 2>&1 & venv=$$!; \
+	  $(MAKE) install sync-check nbtest; rc=$$?; \
+	  wait $$venv || { echo "---- make vllm-env failed ($$venv_log)"; cat $$venv_log; rc=1; }; \
+	  [ $$rc = 0 ] || exit $$rc; \
+	  log=build/gpu-rehearsal-and-docs.log; \
 	  (r=0; $(MAKE) gpu-rehearsal || r=1; $(MAKE) docs-check -o nbtest || r=1; exit $$r) \
 	    > $$log 2>&1 & side=$$!; \
 	  $(MAKE) pytest; rc=$$?; wait $$side || rc=1; \
