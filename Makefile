@@ -25,8 +25,8 @@ export: install
 
 ## test: library in sync with the notebooks, notebooks clean, every notebook (executed once: the
 ## notebook tests and the site's outputs), then tests/ and, beside it, the GPU check's dry run in the
-## device image's versions followed by the docs site, checked in a browser. pytest keeps about one
-## of two cores busy, so those two run on the other core (their log is printed after pytest's).
+## device image's versions followed by the docs site, checked in a browser (their log is printed
+## after pytest's). pytest's two workers and those two share the two cores.
 ## The vLLM venv that pytest needs (pip, a minute and more) is built beside the project's install.
 test:
 	@mkdir -p build; venv_log=build/vllm-env.log; $(MAKE) vllm-env > $$venv_log 2>&1 & venv=$$!; \
@@ -62,8 +62,10 @@ readme-check: install
 nbtest: install
 	$(PY) docs/run_nbs.py --n_workers 2
 
+## pytest: tests/ in two worker processes (pytest-xdist), one test file at a time per worker (a
+## file's module fixtures are built once); one process: $(BIN)/pytest -q tests
 pytest: install vllm-env
-	$(BIN)/pytest -q tests
+	$(BIN)/pytest -q -n 2 --dist loadfile tests
 
 ## vllm-env: vLLM 0.33 in a venv of its own (build/vllm-venv; its pins clash with the project's) for
 ## the TimelineScheduler tests (tests/test_vllm_plugin.py), which fail in CI without it

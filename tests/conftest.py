@@ -1,7 +1,8 @@
 """Shared pytest setup: Triton kernels in the interpreter when there is no GPU, and the tiny models.
 
 One fixture per kind of tiny model (random weights, `minivllm.testing.tiny_models`), built once per
-session and shared by the test files:
+session and shared by the test files (`make pytest` runs two sessions, pytest-xdist's workers, each
+taking whole files):
 
 - checkpoint folders: `tiny_llama_path`, `tiny_qwen2_path`, `tiny_qwen3_path` (`TINY_CONFIG`, a
   256-token vocabulary, no tokenizer); `tiny_paths_by_arch` (the three by architecture name);
