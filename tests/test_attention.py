@@ -11,7 +11,8 @@ if not torch.cuda.is_available():
 
 from hypothesis import given, settings, strategies as st
 
-from minivllm.attention.backends.cpu_attn import cpu_attention_with_kv_cache, cpu_attn_library
+from minivllm.attention.backends.cpu_attn import (cpu_attention_with_kv_cache, cpu_attn_library,
+    cpu_attn_reshape_and_cache)
 from minivllm.attention.backends.triton_attn import (AttentionMetadata,
     paged_attention_ref, reshape_and_cache, reshape_and_cache_ref, split_kv_decode_attention,
     torch_paged_attention, unified_attention)
@@ -253,6 +254,35 @@ def test_cpu_kernel_leaves_other_rows_and_threads_agree():
     torch.testing.assert_close(outs[0][:40], ref[:40], atol=1e-5, rtol=1e-5)
     assert (outs[0][40:49] == 7.0).all() and (outs[0][49:] == 0).all()      # the 9-query request; padding
     assert torch.equal(outs[0], outs[1])
+
+
+@KERNEL
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(0, 40), pad=st.integers(0, 3), hkv=st.integers(1, 4), d=st.sampled_from([16, 64, 80]),
+       block_size=st.sampled_from([1, 16]), seed=st.integers(0, 1000))
+def test_cpu_write_of_views_into_a_qkv_row_equals_the_reference(n, pad, hkv, d, block_size, seed):
+    "The C++ write of key and value as the model passes them (views into each token's qkv row), padding included."
+    g = torch.Generator().manual_seed(seed)
+    qkv = torch.randn(n + pad, 5 * hkv * d, generator=g)          # [q (3 KV widths); k; v] per token
+    key, value = (qkv[:, i * hkv * d:(i + 1) * hkv * d].view(-1, hkv, d) for i in (3, 4))
+    num_blocks = (n + pad) // block_size + 2
+    slots = torch.randperm(num_blocks * block_size, generator=g)[:n + pad]
+    slots[n:] = -1
+    cache = torch.zeros(num_blocks, 2, block_size, hkv, d)
+    ref = cache.clone()
+    reshape_and_cache_ref(key, value, ref, slots)
+    cpu_attn_reshape_and_cache(key, value, cache, slots)
+    assert torch.equal(cache, ref)
+
+
+@KERNEL
+def test_cpu_write_refuses_a_slot_outside_the_cache():
+    "A slot past the end, or below -1, is an IndexError before anything is written."
+    cache, key = torch.zeros(4, 2, 16, 2, 32), torch.randn(3, 2, 32)
+    for bad in (64, -2):
+        with pytest.raises(IndexError, match="outside the cache"):
+            cpu_attn_reshape_and_cache(key, key, cache, torch.tensor([0, bad, 5]))
+    assert not cache.any()
 
 
 @KERNEL

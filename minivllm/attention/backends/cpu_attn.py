@@ -2,7 +2,8 @@
 
 # %% auto #0
 __all__ = ['CPU_ATTN_SOURCE', 'CPU_ATTN_FLAGS', 'CPU_ATTN_ARGTYPES', 'CPU_ATTN_MAX_QUERY_LEN', 'cpu_flags', 'cpu_attn_library',
-           'cpu_attention_supported', 'cpu_attention_with_kv_cache', 'CPUAttentionBackend']
+           'cpu_attention_supported', 'cpu_attention_with_kv_cache', 'cpu_write_supported',
+           'cpu_attn_reshape_and_cache', 'CPUAttentionBackend']
 
 # %% ../../../nbs/12_paged_attention.ipynb #6a862d88
 CPU_ATTN_SOURCE = r"""
@@ -110,6 +111,26 @@ extern "C" int cpu_attention_with_kv_cache(
     }
     return 0;
 }
+
+// vLLM's cpu_attn_reshape_and_cache: token t's key and value (heads packed; rows
+// `key_row_stride` and `value_row_stride` floats apart) into slot `slot_mapping[t]`, -1 meaning
+// none (padding). Returns 1, having written nothing, if a slot lies outside the cache.
+extern "C" int cpu_attn_reshape_and_cache(
+        const float* key, int64_t key_row_stride, const float* value, int64_t value_row_stride,
+        float* kv_cache, const int64_t* slot_mapping, int64_t num_tokens, int64_t num_kv_heads,
+        int64_t head_dim, int64_t block_size, int64_t num_slots) {
+    for (int64_t t = 0; t < num_tokens; ++t)
+        if (slot_mapping[t] < -1 || slot_mapping[t] >= num_slots) return 1;
+    const int64_t token = num_kv_heads * head_dim;
+    for (int64_t t = 0; t < num_tokens; ++t) {
+        const int64_t slot = slot_mapping[t];
+        if (slot < 0) continue;
+        float* k = kv_cache + (slot / block_size * 2 * block_size + slot % block_size) * token;
+        std::memcpy(k, key + t * key_row_stride, token * sizeof(float));
+        std::memcpy(k + block_size * token, value + t * value_row_stride, token * sizeof(float));
+    }
+    return 0;
+}
 """
 
 # %% ../../../nbs/12_paged_attention.ipynb #2f654c51
@@ -121,8 +142,11 @@ from ...envs import cache_dir
 
 CPU_ATTN_FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC")
 _i64, _ptr = ctypes.c_int64, ctypes.c_void_p
-CPU_ATTN_ARGTYPES = [_ptr, _i64, _ptr, _ptr, _ptr, _ptr, _ptr, _i64, _i64, _i64, _i64, _i64,
-                     _i64, _i64, ctypes.c_float, _i64, _i64]
+CPU_ATTN_ARGTYPES = {   # the library's functions: the C types of their arguments
+    "cpu_attention_with_kv_cache": [_ptr, _i64, _ptr, _ptr, _ptr, _ptr, _ptr, _i64, _i64, _i64,
+                                    _i64, _i64, _i64, _i64, ctypes.c_float, _i64, _i64],
+    "cpu_attn_reshape_and_cache": [_ptr, _i64, _ptr, _i64, _ptr, _ptr, _i64, _i64, _i64, _i64,
+                                   _i64]}
 
 def cpu_flags() -> str:
     "The CPU's feature flags, which `-march=native` compiles for (Linux lists them)."
@@ -142,20 +166,22 @@ def _build(cxx: str, path: Path):
 
 @functools.cache
 def cpu_attn_library():
-    "The kernel as a `ctypes` function, compiled once per source, compiler and CPU; None if not."
+    "The kernels' library (`ctypes`), compiled once per source, compiler and CPU; None if not."
     cxx = os.environ.get("CXX", "g++")
     key = "\n".join([CPU_ATTN_SOURCE, cxx, *CPU_ATTN_FLAGS, cpu_flags()])
     path = cache_dir() / "cpu_attn" / f"cpu_attn-{hashlib.sha256(key.encode()).hexdigest()[:16]}.so"
     try:
         if not path.exists(): _build(cxx, path)
-        fn = ctypes.CDLL(str(path)).cpu_attention_with_kv_cache
+        lib = ctypes.CDLL(str(path))
     except (OSError, subprocess.CalledProcessError) as e:
         detail = getattr(e, "stderr", None) or e
         warnings.warn(f"the CPU attention kernel did not build ({str(detail)[:300]}); "
                       "attention runs in torch")
         return None
-    fn.argtypes, fn.restype = CPU_ATTN_ARGTYPES, ctypes.c_int
-    return fn
+    for name, argtypes in CPU_ATTN_ARGTYPES.items():
+        fn = getattr(lib, name)
+        fn.argtypes, fn.restype = argtypes, ctypes.c_int
+    return lib
 
 # %% ../../../nbs/12_paged_attention.ipynb #6f479b98
 CPU_ATTN_MAX_QUERY_LEN = 1   # decode rows; requests with more queries go to SDPA (measured below)
@@ -182,7 +208,7 @@ def _cpu_attention(query, kv_cache, metadata, scale, out, max_query_len):
     num_tokens, num_heads, head_dim = query.shape
     _, _, block_size, num_kv_heads, _ = kv_cache.shape
     m = metadata
-    failed = cpu_attn_library()(
+    failed = cpu_attn_library().cpu_attention_with_kv_cache(
         query.data_ptr(), query.stride(0), kv_cache.data_ptr(), out.data_ptr(),
         m.query_start_loc.data_ptr(), m.seq_lens.data_ptr(), m.block_table.data_ptr(),
         m.block_table.stride(0), m.seq_lens.shape[0], num_tokens, num_heads, num_kv_heads,
@@ -190,10 +216,41 @@ def _cpu_attention(query, kv_cache, metadata, scale, out, max_query_len):
     if failed: raise ValueError(f"the CPU attention kernel has no head size {head_dim}")
     return out
 
+# %% ../../../nbs/12_paged_attention.ipynb #45abd3fe
+def cpu_write_supported(key, value, kv_cache, slot_mapping) -> bool:
+    "Whether `cpu_attn_reshape_and_cache` takes these tensors (and its library is built)."
+    float32 = key.dtype == value.dtype == kv_cache.dtype == torch.float32
+    return (key.device.type == "cpu" and float32 and kv_cache.is_contiguous()
+            and key.shape == value.shape and key.shape[1:] == kv_cache.shape[3:]
+            and slot_mapping.shape == key.shape[:1] and slot_mapping.dtype == torch.int64
+            and slot_mapping.is_contiguous()
+            and all(t.stride(2) == 1 and t.stride(1) == t.shape[2] for t in (key, value))
+            and cpu_attn_library() is not None)
+
+def cpu_attn_reshape_and_cache(key, value, kv_cache, slot_mapping) -> None:
+    "vLLM's CPU op: token t's key and value `[heads, dim]` into slot `slot_mapping[t]` (-1: none)."
+    if not cpu_write_supported(key, value, kv_cache, slot_mapping):
+        raise ValueError("cpu_attn_reshape_and_cache: float32 CPU tensors in the expected layout")
+    _cpu_write(key, value, kv_cache, slot_mapping)
+
+def _cpu_write(key, value, kv_cache, slot_mapping):
+    "The write's call, the tensors already checked."
+    num_blocks, _, block_size, num_kv_heads, head_dim = kv_cache.shape
+    num_slots = num_blocks * block_size
+    failed = cpu_attn_library().cpu_attn_reshape_and_cache(
+        key.data_ptr(), key.stride(0), value.data_ptr(), value.stride(0), kv_cache.data_ptr(),
+        slot_mapping.data_ptr(), key.shape[0], num_kv_heads, head_dim, block_size, num_slots)
+    if failed: raise IndexError(f"a slot outside the cache's {num_slots} slots; nothing written")
+
 # %% ../../../nbs/12_paged_attention.ipynb #f4a75c2a
 class CPUAttentionBackend(TorchAttentionBackend):
-    "vLLM's `CPU_ATTN`: the torch path's write; decode rows by the C++ kernel, the rest by SDPA."
+    "vLLM's `CPU_ATTN`: the C++ write; decode rows by the C++ kernel, the rest by SDPA."
     name = "cpu"
+    def write_kv(self, key, value, kv_cache, slot_mapping):
+        if not cpu_write_supported(key, value, kv_cache, slot_mapping):
+            return super().write_kv(key, value, kv_cache, slot_mapping)
+        _cpu_write(key, value, kv_cache, slot_mapping)
+
     def forward(self, query, kv_cache, attn_metadata, scale):
         if not cpu_attention_supported(query, kv_cache, attn_metadata):
             return torch_paged_attention(query, kv_cache, attn_metadata, scale)
