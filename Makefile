@@ -27,11 +27,13 @@ export: install
 ## notebook tests and the site's outputs), then tests/ and, beside it, the GPU check's dry run in the
 ## device image's versions followed by the docs site, checked in a browser (their log is printed
 ## after pytest's). pytest's two workers and those two share the two cores.
-## The vLLM venv that pytest needs (pip, a minute and more) is built beside the project's install.
+## The venvs of pytest's vLLM tests and of the rehearsal (pip, three minutes) are built beside the
+## project's install and the notebooks.
 test:
-	@mkdir -p build; venv_log=build/vllm-env.log; $(MAKE) vllm-env > $$venv_log 2>&1 & venv=$$!; \
+	@mkdir -p build; venv_log=build/venvs.log; \
+	  ($(MAKE) vllm-env && bash bench/gpu_rehearsal.sh --setup-only) > $$venv_log 2>&1 & venv=$$!; \
 	  $(MAKE) install sync-check nbtest; rc=$$?; \
-	  wait $$venv || { echo "---- make vllm-env failed ($$venv_log)"; cat $$venv_log; rc=1; }; \
+	  wait $$venv || { echo "---- the venvs failed ($$venv_log)"; cat $$venv_log; rc=1; }; \
 	  [ $$rc = 0 ] || exit $$rc; \
 	  log=build/gpu-rehearsal-and-docs.log; \
 	  (r=0; $(MAKE) gpu-rehearsal || r=1; $(MAKE) docs-check -o nbtest || r=1; exit $$r) \

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # make gpu-rehearsal (issue 21): the GPU check's dry run in the device image's versions, on a CPU.
 #   bash bench/gpu_rehearsal.sh [--out DIR]
+#   bash bench/gpu_rehearsal.sh --setup-only    # only the venv and the wheel below (make test, early)
 # The device image (bench/GPU_CHECK.md) has python 3.12, torch 2.11+cu130, Triton 3.6, transformers
 # 5.17, psutil (transformers' continuous batching on a CPU needs it), no fastcore (carried as a
 # wheel), none of pyzmq, fastapi, uvicorn, gguf, and the project only on PYTHONPATH. This builds that here, once (build/gpu-rehearsal, reused while the pins are equal):
@@ -15,7 +16,9 @@ set -eu -o pipefail
 cd "$(dirname "$0")/.."
 R=build/gpu-rehearsal
 OUTDIR=""
+SETUP_ONLY=""
 [ "${1:-}" = "--out" ] && OUTDIR=$2
+[ "${1:-}" = "--setup-only" ] && SETUP_ONLY=1
 OUTDIR=${OUTDIR:-$R/report}
 PINS="torch==2.13.0 triton==3.6.0 transformers==5.17.0 tokenizers==0.23.2 huggingface_hub==1.33.0
 safetensors==0.8.0 numpy==2.4.6 matplotlib==3.11.2 tqdm==4.70.1 pytest==9.2.0 hypothesis==6.170.17
@@ -50,6 +53,7 @@ print(f"rehearsal venv: python {sys.version.split()[0]}, torch {torch.__version_
 PY
 )
 echo "setup $(( $(date +%s) - T0 )) s"
+[ -n "$SETUP_ONLY" ] && exit 0
 rm -rf "$OUTDIR"; mkdir -p "$OUTDIR"
 rc=0
 PYTHON=$R/venv/bin/python WHEELS=$R/whl PYTHONPATH= bash bench/gpu_check.sh --dry-run --out "$OUTDIR" || rc=$?
