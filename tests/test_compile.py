@@ -131,31 +131,42 @@ def test_only_float32_is_compiled_on_cpu(tiny_llama_path):
     assert "forward" not in vars(llm.model.model.layers[0]) and "compute_logits" not in vars(llm.model)
 
 
-def test_models_of_different_shapes_keep_their_own_graphs(tmp_path):
-    """TorchDynamo keeps at most `recompile_limit` graphs per code object (8) and runs the function eagerly
-    past that. compile_and_warm_up compiles a copy of the layer's forward per parameter layout, so each
-    model shape has its own graphs (checked with the limit at 2: a model's own two), and models of one
-    shape share theirs."""
+def test_models_of_different_shapes_keep_their_own_graphs_without_guards(tmp_path):
+    """compile_and_warm_up compiles a copy of the layer's forward per parameter layout, constants and step
+    shape (one row, 2+ rows), and one of the one-row logits, each without guards (vLLM's guard_filter_fn):
+    each copy holds one graph that checks nothing when called. Models of one shape share the copies,
+    whatever their number of KV blocks (the warm-up marks it dynamic); a model with another parameter
+    layout gets its own, and so does one whose parameters have the same shapes but whose heads differ
+    (8 heads of 16 against 4 of 32), which only the constants in the key tell apart."""
     from minivllm.testing.tiny_models import make_tiny_model
-    paths = [make_tiny_model(tmp_path / f"m{width}", intermediate_size=width) for width in (40, 56)]
-    def compiled(path):
+    paths = {"a": make_tiny_model(tmp_path / "a"), "wider": make_tiny_model(tmp_path / "w", intermediate_size=56),
+             "heads": make_tiny_model(tmp_path / "h", num_attention_heads=8, num_key_value_heads=4, head_dim=16)}
+    def compiled(path, num_blocks):
         model = load_model(path)
-        model.bind_kv_caches(make_kv_caches(*model.kv_cache_spec(), 4, 16))
+        model.bind_kv_caches(make_kv_caches(*model.kv_cache_spec(), num_blocks, 16))
         assert compile_and_warm_up(model)
         return model
-    forward = lambda model: model.model.layers[0].forward.__func__    # the compiled copy
-    with torch._dynamo.config.patch(recompile_limit=2):
-        a, b, a_twin = compiled(paths[0]), compiled(paths[1]), compiled(paths[0])
-    assert forward(a) is forward(a_twin) and forward(a) is not forward(b)
-    for model in (a, b):
-        code = forward(model)._torchdynamo_orig_callable.__code__
-        assert len(torch._dynamo.eval_frame._debug_get_cache_entry_list(code)) == 2
-    positions, md = make_attn_metadata([[1]], [0], [3], 16)
-    ids = torch.tensor([5, 6, 7])
-    with torch.no_grad(), torch.compiler.set_stance("fail_on_recompile"):
-        got = b(ids, positions, md)
-    with torch.no_grad(), torch.compiler.set_stance("force_eager"):
-        assert torch.allclose(got, b(ids, positions, md), atol=1e-5)
+    models = {"a": compiled(paths["a"], 1), "a_twin": compiled(paths["a"], 9),
+              "wider": compiled(paths["wider"], 4), "heads": compiled(paths["heads"], 4)}
+    def copies(model):
+        layer, logits = model.model.layers[0].forward.__func__, model.compute_logits.__func__
+        return layer.one_row, layer.more_rows, logits.one_row
+    assert copies(models["a"]) == copies(models["a_twin"])
+    for other in ("wider", "heads"): assert not set(copies(models["a"])) & set(copies(models[other]))
+    for copy in {c for m in models.values() for c in copies(m)}:
+        entries = torch._dynamo.eval_frame._debug_get_cache_entry_list(copy._torchdynamo_orig_callable.__code__)
+        root = entries[0].guard_manager.root
+        assert len(entries) == 1 and not root.get_leaf_guards() and not root.get_child_managers()
+    for name in ("a_twin", "heads"):
+        model = models[name]
+        for n in (1, 3):
+            positions, md = make_attn_metadata([[1]], [0], [n], 16)
+            ids = torch.tensor([5, 6, 7][:n])
+            with torch.no_grad(), torch.compiler.set_stance("fail_on_recompile"):
+                got = model.compute_logits(model(ids, positions, md)[-1:])
+            with torch.no_grad(), torch.compiler.set_stance("force_eager"):
+                want = model.compute_logits(model(ids, positions, md)[-1:])
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
 def test_vec_isa_probe_runs_once_and_is_trusted_only_where_the_flags_pick_the_same(tmp_path,

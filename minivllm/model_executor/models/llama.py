@@ -6,7 +6,8 @@
 __all__ = ['onednn_linear', 'ONEDNN', 'layer_attention_op', 'ARCHITECTURES', 'get_head_dim', 'rope_parameters', 'RMSNorm',
            'rope_inv_freq', 'apply_rope', 'RotaryEmbedding', 'register_op', 'unquantized_gemm', 'Linear', 'LlamaMLP',
            'layer_attention', 'LlamaAttention', 'make_kv_caches', 'LlamaDecoderLayer', 'LlamaModel', 'LlamaForCausalLM',
-           'trust_known_vec_isa', 'compiled_copy', 'compile_and_warm_up', 'rms_norm_triton', 'rope_triton']
+           'trust_known_vec_isa', 'module_constants', 'compiled_copy', 'by_rows', 'compile_and_warm_up',
+           'rms_norm_triton', 'rope_triton']
 
 # %% ../../../nbs/13_model.ipynb #f11da485
 import hashlib, math, os, platform, types, warnings
@@ -283,8 +284,9 @@ class LlamaModel(nn.Module):
         if self.use_triton and not (self.regional or torch.compiler.is_compiling()):
             cos_sin = self.rotary_emb.cos_sin_cache
         else: cos_sin = self.rotary_emb(positions)            # once per step, for every layer
-        if self.mark_dynamic and x.shape[0] > 1:              # the token count is a variable
-            for t in (x, residual, positions, *cos_sin): torch._dynamo.mark_dynamic(t, 0)
+        if self.mark_dynamic:     # the warm-up: the number of blocks (and tokens, 2+) is a variable
+            steps = (x, residual, positions, *cos_sin) if x.shape[0] > 1 else ()
+            for t in (*kv_caches, *steps): torch._dynamo.mark_dynamic(t, 0)
         for layer, kv_cache in zip(self.layers, kv_caches, strict=True):
             x, residual = layer(x, residual, positions, cos_sin, kv_cache)
         return self.norm(x, residual)[0]
@@ -363,30 +365,45 @@ def trust_known_vec_isa(cache: Path | None = None) -> Path:
     else: cpu_vec_isa.valid_vec_isa_list.cache_clear()             # the probe decides
     return verdict
 
-_COMPILED: dict[tuple, Callable] = {}    # compiled_copy's: one per function and parameter layout
+_COMPILED: dict[tuple, Callable] = {}    # compiled_copy's: one per function, module and inputs
 
-def compiled_copy(fn: Callable, module: nn.Module) -> Callable:
-    "`torch.compile` of a copy of `fn` with a code object of its own per layout of `module`."
+def module_constants(module: nn.Module) -> tuple:
+    "The plain values (sizes, flags, eps) of `module` and its submodules: what a graph bakes in."
+    return tuple((name, k, v) for name, m in module.named_modules()
+                 for k, v in vars(m).items() if isinstance(v, (bool, int, float, str)))
+
+def compiled_copy(fn: Callable, module: nn.Module, *inputs) -> Callable:
+    "`torch.compile` of a copy of `fn`, without guards: one per layout of `module` and `inputs`."
     layout = tuple((n, p.shape, p.dtype, p.device) for n, p in module.named_parameters())
-    key = (fn, type(module), layout)
+    key = (fn, type(module), layout, module_constants(module), inputs)
     if key not in _COMPILED:        # TorchDynamo keeps graphs, and counts them, per code object
         copy = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__,
                                   fn.__defaults__, fn.__closure__)
-        _COMPILED[key] = torch.compile(copy)
+        # vLLM's guard_filter_fn: the key above, checked once, instead of guards at every call
+        no_guards = {"guard_filter_fn": torch.compiler.skip_all_guards_unsafe}
+        _COMPILED[key] = torch.compile(copy, options=no_guards)
     return _COMPILED[key]
+
+def by_rows(one_row: Callable, more_rows: Callable) -> Callable:
+    "A method calling `one_row` for an input (the first argument) of one row, else `more_rows`."
+    def forward(self, x, *args): return (one_row if x.shape[0] == 1 else more_rows)(self, x, *args)
+    forward.one_row, forward.more_rows = one_row, more_rows
+    return forward
 
 def compile_and_warm_up(model: LlamaForCausalLM, cache: Path | None = None) -> bool:
     "torch.compile one decoder layer (shared by all layers) and one-row logits; `False` if not."
     if not model.kv_caches: raise RuntimeError("bind the KV caches before compile_and_warm_up()")
     if cache is not None: os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache)   # read lazily
-    inner = model.model
-    forward = compiled_copy(type(inner.layers[0]).forward, inner.layers[0])
-    for layer in inner.layers: layer.forward = types.MethodType(forward, layer)
+    inner, layer, kv = model.model, model.model.layers[0], model.kv_caches[0]
+    blocks = (kv.shape[1:], kv.dtype, kv.device)          # any number of blocks of this kind
+    step, logits = type(layer).forward, type(model).compute_logits
+    forward = by_rows(compiled_copy(step, layer, 1, blocks), compiled_copy(step, layer, 2, blocks))
+    for each in inner.layers: each.forward = types.MethodType(forward, each)
     # one row: the streamed product; more rows call oneDNN, as a graph would (no compile needed)
-    one_row = types.MethodType(compiled_copy(type(model).compute_logits, model), model)
-    eager_logits = model.compute_logits
-    model.compute_logits = lambda h: (one_row if h.shape[0] == 1 else eager_logits)(h)
+    model.compute_logits = types.MethodType(by_rows(compiled_copy(logits, model, 1), logits), model)
     inner.regional = inner.mark_dynamic = True
+    bound = model.kv_caches         # two blocks, marked dynamic (a single block would be baked in)
+    model.kv_caches = [c.new_zeros(2, *c.shape[1:]) for c in bound]
     graphs = {2: "steps of 2+ tokens", 1: "single-token steps"}     # rows -> what the graph serves
     try:
         with tqdm(graphs.items(), desc="torch.compile (cached later)", disable=None) as bar:
@@ -398,7 +415,7 @@ def compile_and_warm_up(model: LlamaForCausalLM, cache: Path | None = None) -> b
         warnings.warn(f"torch.compile failed, running eagerly ({type(e).__name__}: "
                       f"{str(e)[:200]}); enforce_eager=True skips compiling")
         return False
-    finally: inner.mark_dynamic = False
+    finally: inner.mark_dynamic, model.kv_caches = False, bound
     return True
 
 # %% ../../../nbs/13_model.ipynb #aaa4d9d5

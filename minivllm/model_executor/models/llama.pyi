@@ -1,5 +1,5 @@
 """A Llama-family decoder (Llama, SmolLM2, Qwen2, Qwen3) over the paged KV cache, loading Hugging Face safetensors."""
-__all__ = ['onednn_linear', 'ONEDNN', 'layer_attention_op', 'ARCHITECTURES', 'get_head_dim', 'rope_parameters', 'RMSNorm', 'rope_inv_freq', 'apply_rope', 'RotaryEmbedding', 'register_op', 'unquantized_gemm', 'Linear', 'LlamaMLP', 'layer_attention', 'LlamaAttention', 'make_kv_caches', 'LlamaDecoderLayer', 'LlamaModel', 'LlamaForCausalLM', 'trust_known_vec_isa', 'compiled_copy', 'compile_and_warm_up', 'rms_norm_triton', 'rope_triton']
+__all__ = ['onednn_linear', 'ONEDNN', 'layer_attention_op', 'ARCHITECTURES', 'get_head_dim', 'rope_parameters', 'RMSNorm', 'rope_inv_freq', 'apply_rope', 'RotaryEmbedding', 'register_op', 'unquantized_gemm', 'Linear', 'LlamaMLP', 'layer_attention', 'LlamaAttention', 'make_kv_caches', 'LlamaDecoderLayer', 'LlamaModel', 'LlamaForCausalLM', 'trust_known_vec_isa', 'module_constants', 'compiled_copy', 'by_rows', 'compile_and_warm_up', 'rms_norm_triton', 'rope_triton']
 import hashlib, math, os, platform, types, warnings
 from pathlib import Path
 from typing import Callable
@@ -169,8 +169,16 @@ def trust_known_vec_isa(cache: Path | None=None) -> Path:
     ...
 _COMPILED: dict[tuple, Callable] = {}
 
-def compiled_copy(fn: Callable, module: nn.Module) -> Callable:
-    """`torch.compile` of a copy of `fn` with a code object of its own per layout of `module`."""
+def module_constants(module: nn.Module) -> tuple:
+    """The plain values (sizes, flags, eps) of `module` and its submodules: what a graph bakes in."""
+    ...
+
+def compiled_copy(fn: Callable, module: nn.Module, *inputs) -> Callable:
+    """`torch.compile` of a copy of `fn`, without guards: one per layout of `module` and `inputs`."""
+    ...
+
+def by_rows(one_row: Callable, more_rows: Callable) -> Callable:
+    """A method calling `one_row` for an input (the first argument) of one row, else `more_rows`."""
     ...
 
 def compile_and_warm_up(model: LlamaForCausalLM, cache: Path | None=None) -> bool:

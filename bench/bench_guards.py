@@ -1,0 +1,91 @@
+"""A compiled decoder layer's call with TorchDynamo's guards and without (not a test).
+
+The engine compiles its layers without guards (`compiled_copy`, as vLLM does). This builds the default
+engine, compiles a second copy of the layer's forward the stock way (guards checked at every call), and
+alternates the two in one process: microseconds per one-row layer call (caches warm: the same layer
+again and again), then milliseconds per token of a single stream (128 greedy tokens), each the median
+and best of `--repeat` rounds. Run it alone: another process on the cores moves the token times by more
+than the difference.
+Usage: python bench/bench_guards.py [--repeat 9]
+"""
+import argparse
+import random
+import statistics
+import time
+import types
+
+import torch
+
+from minivllm.attention.backends.triton_attn import PAD_SLOT_ID, AttentionMetadata
+from minivllm.entrypoints.llm import LLM
+from minivllm.forward_context import set_forward_context
+from minivllm.model_executor.model_loader import default_model_path
+from minivllm.sampling_params import SamplingParams
+
+
+def decode_inputs(llm, n):
+    "A layer's inputs for `n` decode tokens (padding slots) and their attention metadata."
+    model = llm.model
+    x, residual = torch.randn(2, n, model.config.hidden_size)
+    positions = torch.zeros(n, dtype=torch.int64)
+    metadata = AttentionMetadata(torch.arange(n + 1, dtype=torch.int32), torch.ones(n, dtype=torch.int32),
+                                 torch.zeros(n, 1, dtype=torch.int32),
+                                 torch.full((n,), PAD_SLOT_ID, dtype=torch.int64), max_query_len=1, max_seq_len=1)
+    return (x, residual, positions, model.model.rotary_emb(positions), model.kv_caches[0]), metadata
+
+
+def compile_as_before(fn, layer, llm):
+    "Compile `fn`'s graphs as the engine did with guards: 2+ rows (token count dynamic), then one row."
+    for n in (2, 1):
+        inputs, metadata = decode_inputs(llm, n)
+        if n > 1:
+            for t in (*inputs[:3], *inputs[3]): torch._dynamo.mark_dynamic(t, 0)
+        with torch.no_grad(), set_forward_context(metadata, llm.model.attn_backend): fn(layer, *inputs)
+
+
+def summary(times, unit):
+    return f"median {statistics.median(times):.2f} {unit}, best {min(times):.2f} {unit}"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=9)
+    args = ap.parse_args()
+    llm = LLM(default_model_path(), num_gpu_blocks=256)
+    layers = llm.model.model.layers
+    unguarded = layers[0].forward.__func__          # by_rows: the engine's two guard-free copies
+    step = type(layers[0]).forward
+    guarded = torch.compile(types.FunctionType(step.__code__.replace(), step.__globals__, step.__name__))
+    variants = {"with guards": guarded, "without guards": unguarded}
+
+    compile_as_before(guarded, layers[0], llm)
+    inputs, metadata = decode_inputs(llm, 1)
+    calls = {name: [] for name in variants}
+    with torch.no_grad(), set_forward_context(metadata, llm.model.attn_backend):
+        for _ in range(args.repeat):
+            for name, fn in variants.items():
+                t = time.perf_counter()
+                for _ in range(200): fn(layers[0], *inputs)
+                calls[name].append((time.perf_counter() - t) / 200 * 1e6)
+    for name, times in calls.items(): print(f"one-row layer call {name}: {summary(times, 'us')}")
+
+    rng = random.Random(32)
+    prompt = [[rng.randrange(100, 49152) for _ in range(26)]]
+    params = SamplingParams(temperature=0, max_tokens=128, ignore_eos=True)
+    tokens = {name: [] for name in variants}
+    for round in range(args.repeat + 1):                 # the first round checks the tokens
+        outs = []
+        for name, fn in variants.items():
+            for layer in layers: layer.forward = types.MethodType(fn, layer)
+            llm.reset_prefix_cache()
+            t = time.perf_counter()
+            outs.append(llm.generate(prompt, params, use_tqdm=False)[0].outputs[0].token_ids)
+            if round: tokens[name].append((time.perf_counter() - t) / 128 * 1e3)
+        assert outs[0] == outs[1], "the two copies gave different tokens"
+    for name, times in tokens.items(): print(f"single stream, {name}: {summary(times, 'ms')} a token")
+    diffs = [a - b for a, b in zip(*tokens.values())]
+    print(f"paired difference (with - without guards): median {statistics.median(diffs):.2f} ms a token")
+
+
+if __name__ == "__main__":
+    main()
