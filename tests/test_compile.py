@@ -91,8 +91,8 @@ def test_compiled_engine_equals_eager_without_recompiling(tiny_paths_by_arch, ar
 @pytest.mark.parametrize("arch", ["LlamaForCausalLM", "Qwen3ForCausalLM"])
 def test_triton_backend_layers_run_compiled_or_given_back_to_eager(tiny_paths_by_arch, arch):
     """On the Triton backend a CPU engine compiles its layers too, which then rotate (and norm Qwen3's q and k)
-    with torch operations on the step's (cos, sin) rows; so does a layer torch.compile runs eagerly (its
-    recompile limit reached, say: forced here)."""
+    with torch operations on the step's (cos, sin) rows; so does a layer run eagerly in the compiled model
+    (TorchDynamo's fallback where it cannot compile: forced here by removing the compiled forward)."""
     path, greedy = tiny_paths_by_arch[arch], SamplingParams(temperature=0, max_tokens=6)
     batch = prompts([5, 20], seed=5)
     want = [o.outputs[0].token_ids for o in
@@ -100,8 +100,8 @@ def test_triton_backend_layers_run_compiled_or_given_back_to_eager(tiny_paths_by
     llm = LLM(path, num_gpu_blocks=16, attention_backend="triton")
     assert "forward" in vars(llm.model.model.layers[0]) and llm.model.model.use_triton
     assert [o.outputs[0].token_ids for o in llm.generate(batch, greedy, use_tqdm=False)] == want
-    with torch.compiler.set_stance("force_eager"):
-        assert [o.outputs[0].token_ids for o in llm.generate(batch, greedy, use_tqdm=False)] == want
+    for layer in llm.model.model.layers: del layer.forward       # the layers given back to eager
+    assert [o.outputs[0].token_ids for o in llm.generate(batch, greedy, use_tqdm=False)] == want
 
 def test_failed_compile_warns_and_runs_eagerly(tiny_llama_path, monkeypatch):
     "Without a working compiler (here: a torch.compile whose result raises) the model stays eager and correct."
@@ -134,10 +134,11 @@ def test_only_float32_is_compiled_on_cpu(tiny_llama_path):
 def test_models_of_different_shapes_keep_their_own_graphs_without_guards(tmp_path):
     """compile_and_warm_up compiles a copy of the layer's forward per parameter layout, constants and step
     shape (one row, 2+ rows), and one of the one-row logits, each without guards (vLLM's guard_filter_fn):
-    each copy holds one graph that checks nothing when called. Models of one shape share the copies,
-    whatever their number of KV blocks (the warm-up marks it dynamic); a model with another parameter
-    layout gets its own, and so does one whose parameters have the same shapes but whose heads differ
-    (8 heads of 16 against 4 of 32), which only the constants in the key tell apart."""
+    each copy holds one graph, and the model then calls the code TorchDynamo made of it directly (vLLM's
+    bytecode hook). Models of one shape share the copies, whatever their number of KV blocks (the warm-up
+    marks it dynamic); a model with another parameter layout gets its own, and so does one whose
+    parameters have the same shapes but whose heads differ (8 heads of 16 against 4 of 32), which only
+    the constants in the key tell apart."""
     from minivllm.testing.tiny_models import make_tiny_model
     paths = {"a": make_tiny_model(tmp_path / "a"), "wider": make_tiny_model(tmp_path / "w", intermediate_size=56),
              "heads": make_tiny_model(tmp_path / "h", num_attention_heads=8, num_key_value_heads=4, head_dim=16)}
@@ -148,24 +149,27 @@ def test_models_of_different_shapes_keep_their_own_graphs_without_guards(tmp_pat
         return model
     models = {"a": compiled(paths["a"], 1), "a_twin": compiled(paths["a"], 9),
               "wider": compiled(paths["wider"], 4), "heads": compiled(paths["heads"], 4)}
-    def copies(model):
-        layer, logits = model.model.layers[0].forward.__func__, model.compute_logits.__func__
-        return layer.one_row, layer.more_rows, logits.one_row
-    assert copies(models["a"]) == copies(models["a_twin"])
-    for other in ("wider", "heads"): assert not set(copies(models["a"])) & set(copies(models[other]))
-    for copy in {c for m in models.values() for c in copies(m)}:
+    graphs = {}                  # TorchDynamo's code of each compiled copy -> its one cache entry
+    for copy in model_mod._COMPILED.values():
         entries = torch._dynamo.eval_frame._debug_get_cache_entry_list(copy._torchdynamo_orig_callable.__code__)
-        root = entries[0].guard_manager.root
-        assert len(entries) == 1 and not root.get_leaf_guards() and not root.get_child_managers()
-    for name in ("a_twin", "heads"):
-        model = models[name]
+        assert len(entries) <= 1
+        graphs.update({e.code: e for e in entries})
+    def codes(model):            # what the model calls: TorchDynamo's code, without TorchDynamo
+        layer, logits = model.model.layers[0].forward.__func__, model.compute_logits.__func__
+        return layer.one_row.__code__, layer.more_rows.__code__, logits.one_row.__code__
+    assert codes(models["a"]) == codes(models["a_twin"])
+    for other in ("wider", "heads"): assert not set(codes(models["a"])) & set(codes(models[other]))
+    for code in {c for m in models.values() for c in codes(m)}:
+        root = graphs[code].guard_manager.root
+        assert not root.get_leaf_guards() and not root.get_child_managers()
+    for name, path, num_blocks in (("a_twin", paths["a"], 9), ("heads", paths["heads"], 4)):
+        eager = load_model(path)                              # the same weights, never compiled
+        eager.bind_kv_caches(make_kv_caches(*eager.kv_cache_spec(), num_blocks, 16))
         for n in (1, 3):
             positions, md = make_attn_metadata([[1]], [0], [n], 16)
             ids = torch.tensor([5, 6, 7][:n])
-            with torch.no_grad(), torch.compiler.set_stance("fail_on_recompile"):
-                got = model.compute_logits(model(ids, positions, md)[-1:])
-            with torch.no_grad(), torch.compiler.set_stance("force_eager"):
-                want = model.compute_logits(model(ids, positions, md)[-1:])
+            with torch.no_grad():
+                got, want = (m.compute_logits(m(ids, positions, md)[-1:]) for m in (models[name], eager))
             torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 

@@ -6,8 +6,8 @@
 __all__ = ['onednn_linear', 'ONEDNN', 'layer_attention_op', 'ARCHITECTURES', 'get_head_dim', 'rope_parameters', 'RMSNorm',
            'rope_inv_freq', 'apply_rope', 'RotaryEmbedding', 'register_op', 'unquantized_gemm', 'Linear', 'LlamaMLP',
            'layer_attention', 'LlamaAttention', 'make_kv_caches', 'LlamaDecoderLayer', 'LlamaModel', 'LlamaForCausalLM',
-           'trust_known_vec_isa', 'module_constants', 'compiled_copy', 'by_rows', 'compile_and_warm_up',
-           'rms_norm_triton', 'rope_triton']
+           'trust_known_vec_isa', 'module_constants', 'compiled_copy', 'without_dynamo', 'by_rows',
+           'compile_and_warm_up', 'rms_norm_triton', 'rope_triton']
 
 # %% ../../../nbs/13_model.ipynb #f11da485
 import hashlib, math, os, platform, types, warnings
@@ -384,6 +384,14 @@ def compiled_copy(fn: Callable, module: nn.Module, *inputs) -> Callable:
         _COMPILED[key] = torch.compile(copy, options=no_guards)
     return _COMPILED[key]
 
+def without_dynamo(compiled: Callable) -> Callable:
+    "The code TorchDynamo made of a compiled copy (its one graph), called directly (vLLM's hook)."
+    fn = getattr(compiled, "_torchdynamo_orig_callable", None)    # None: TorchDynamo disabled
+    entries = torch._dynamo.eval_frame._debug_get_cache_entry_list(fn.__code__) if fn else []
+    if len(entries) != 1: return compiled                 # not compiled: TorchDynamo decides
+    return types.FunctionType(entries[0].code, fn.__globals__, fn.__name__, fn.__defaults__,
+                              fn.__closure__)
+
 def by_rows(one_row: Callable, more_rows: Callable) -> Callable:
     "A method calling `one_row` for an input (the first argument) of one row, else `more_rows`."
     def forward(self, x, *args): return (one_row if x.shape[0] == 1 else more_rows)(self, x, *args)
@@ -397,10 +405,14 @@ def compile_and_warm_up(model: LlamaForCausalLM, cache: Path | None = None) -> b
     inner, layer, kv = model.model, model.model.layers[0], model.kv_caches[0]
     blocks = (kv.shape[1:], kv.dtype, kv.device)          # any number of blocks of this kind
     step, logits = type(layer).forward, type(model).compute_logits
-    forward = by_rows(compiled_copy(step, layer, 1, blocks), compiled_copy(step, layer, 2, blocks))
-    for each in inner.layers: each.forward = types.MethodType(forward, each)
-    # one row: the streamed product; more rows call oneDNN, as a graph would (no compile needed)
-    model.compute_logits = types.MethodType(by_rows(compiled_copy(logits, model, 1), logits), model)
+    copies = (compiled_copy(step, layer, 1, blocks), compiled_copy(step, layer, 2, blocks),
+              compiled_copy(logits, model, 1))
+    def install(one_row, more_rows, one_row_logits):
+        forward = by_rows(one_row, more_rows)
+        for each in inner.layers: each.forward = types.MethodType(forward, each)
+        # more rows call oneDNN eagerly, as a graph would: only one row has a compiled copy
+        model.compute_logits = types.MethodType(by_rows(one_row_logits, logits), model)
+    install(*copies)
     inner.regional = inner.mark_dynamic = True
     bound = model.kv_caches         # two blocks, marked dynamic (a single block would be baked in)
     model.kv_caches = [c.new_zeros(2, *c.shape[1:]) for c in bound]
@@ -409,6 +421,7 @@ def compile_and_warm_up(model: LlamaForCausalLM, cache: Path | None = None) -> b
         with tqdm(graphs.items(), desc="torch.compile (cached later)", disable=None) as bar:
             trust_known_vec_isa(cache)      # the first time, seconds of probing: under the bar
             for n, serves in bar: bar.set_postfix_str(serves); _dummy_decode(model, n)
+        install(*map(without_dynamo, copies))     # compiled: called without TorchDynamo from now on
     except Exception as e:          # inductor needs a C++ compiler, for one
         for layer in inner.layers: del layer.forward            # back to the eager methods
         del model.compute_logits, inner.regional

@@ -1,5 +1,5 @@
 """A Llama-family decoder (Llama, SmolLM2, Qwen2, Qwen3) over the paged KV cache, loading Hugging Face safetensors."""
-__all__ = ['onednn_linear', 'ONEDNN', 'layer_attention_op', 'ARCHITECTURES', 'get_head_dim', 'rope_parameters', 'RMSNorm', 'rope_inv_freq', 'apply_rope', 'RotaryEmbedding', 'register_op', 'unquantized_gemm', 'Linear', 'LlamaMLP', 'layer_attention', 'LlamaAttention', 'make_kv_caches', 'LlamaDecoderLayer', 'LlamaModel', 'LlamaForCausalLM', 'trust_known_vec_isa', 'module_constants', 'compiled_copy', 'by_rows', 'compile_and_warm_up', 'rms_norm_triton', 'rope_triton']
+__all__ = ['onednn_linear', 'ONEDNN', 'layer_attention_op', 'ARCHITECTURES', 'get_head_dim', 'rope_parameters', 'RMSNorm', 'rope_inv_freq', 'apply_rope', 'RotaryEmbedding', 'register_op', 'unquantized_gemm', 'Linear', 'LlamaMLP', 'layer_attention', 'LlamaAttention', 'make_kv_caches', 'LlamaDecoderLayer', 'LlamaModel', 'LlamaForCausalLM', 'trust_known_vec_isa', 'module_constants', 'compiled_copy', 'without_dynamo', 'by_rows', 'compile_and_warm_up', 'rms_norm_triton', 'rope_triton']
 import hashlib, math, os, platform, types, warnings
 from pathlib import Path
 from typing import Callable
@@ -175,6 +175,10 @@ def module_constants(module: nn.Module) -> tuple:
 
 def compiled_copy(fn: Callable, module: nn.Module, *inputs) -> Callable:
     """`torch.compile` of a copy of `fn`, without guards: one per layout of `module` and `inputs`."""
+    ...
+
+def without_dynamo(compiled: Callable) -> Callable:
+    """The code TorchDynamo made of a compiled copy (its one graph), called directly (vLLM's hook)."""
     ...
 
 def by_rows(one_row: Callable, more_rows: Callable) -> Callable:

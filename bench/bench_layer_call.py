@@ -1,12 +1,13 @@
-"""A compiled decoder layer's call with TorchDynamo's guards and without (not a test).
+"""Three ways to call a compiled decoder layer: TorchDynamo with guards, without, and its code directly.
 
-The engine compiles its layers without guards (`compiled_copy`, as vLLM does). This builds the default
-engine, compiles a second copy of the layer's forward the stock way (guards checked at every call), and
-alternates the two in one process: microseconds per one-row layer call (caches warm: the same layer
-again and again), then milliseconds per token of a single stream (128 greedy tokens), each the median
-and best of `--repeat` rounds. Run it alone: another process on the cores moves the token times by more
-than the difference.
-Usage: python bench/bench_guards.py [--repeat 9]
+The engine compiles its layers without guards (`compiled_copy`, as vLLM does) and, once compiled, calls
+the code TorchDynamo made of them directly (`without_dynamo`, vLLM's bytecode hook). This builds the
+default engine, compiles another copy of the layer's forward the stock way (guards checked at every
+call), and alternates the three in one process: microseconds per one-row layer call (caches warm: the
+same layer again and again), then milliseconds per token of a single stream (128 greedy tokens), each
+the median and best of `--repeat` rounds, and the median of the paired differences against the stock
+way. Run it alone: another process on the cores moves the token times by more than the differences.
+Usage: python bench/bench_layer_call.py [--repeat 9]
 """
 import argparse
 import random
@@ -20,6 +21,7 @@ from minivllm.attention.backends.triton_attn import PAD_SLOT_ID, AttentionMetada
 from minivllm.entrypoints.llm import LLM
 from minivllm.forward_context import set_forward_context
 from minivllm.model_executor.model_loader import default_model_path
+from minivllm.model_executor.models.llama import by_rows, compiled_copy
 from minivllm.sampling_params import SamplingParams
 
 
@@ -53,10 +55,12 @@ def main():
     args = ap.parse_args()
     llm = LLM(default_model_path(), num_gpu_blocks=256)
     layers = llm.model.model.layers
-    unguarded = layers[0].forward.__func__          # by_rows: the engine's two guard-free copies
-    step = type(layers[0]).forward
+    step, kv = type(layers[0]).forward, llm.model.kv_caches[0]
     guarded = torch.compile(types.FunctionType(step.__code__.replace(), step.__globals__, step.__name__))
-    variants = {"with guards": guarded, "without guards": unguarded}
+    blocks = (kv.shape[1:], kv.dtype, kv.device)          # the engine's copies, as TorchDynamo runs them
+    unguarded = by_rows(*(compiled_copy(step, layers[0], n, blocks) for n in (1, 2)))
+    variants = {"TorchDynamo, guards": guarded, "TorchDynamo, no guards": unguarded,
+                "its code, directly (the engine)": layers[0].forward.__func__}
 
     compile_as_before(guarded, layers[0], llm)
     inputs, metadata = decode_inputs(llm, 1)
@@ -81,10 +85,12 @@ def main():
             t = time.perf_counter()
             outs.append(llm.generate(prompt, params, use_tqdm=False)[0].outputs[0].token_ids)
             if round: tokens[name].append((time.perf_counter() - t) / 128 * 1e3)
-        assert outs[0] == outs[1], "the two copies gave different tokens"
-    for name, times in tokens.items(): print(f"single stream, {name}: {summary(times, 'ms')} a token")
-    diffs = [a - b for a, b in zip(*tokens.values())]
-    print(f"paired difference (with - without guards): median {statistics.median(diffs):.2f} ms a token")
+        assert outs[0] == outs[1] == outs[2], "the three calls gave different tokens"
+    stock = tokens.pop("TorchDynamo, guards")
+    print(f"single stream, TorchDynamo, guards: {summary(stock, 'ms')} a token")
+    for name, times in tokens.items():
+        saved = statistics.median(a - b for a, b in zip(stock, times))
+        print(f"single stream, {name}: {summary(times, 'ms')} a token, {saved:.2f} ms less (paired median)")
 
 
 if __name__ == "__main__":
