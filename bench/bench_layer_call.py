@@ -17,23 +17,20 @@ import types
 
 import torch
 
-from minivllm.attention.backends.triton_attn import PAD_SLOT_ID, AttentionMetadata
 from minivllm.entrypoints.llm import LLM
 from minivllm.forward_context import set_forward_context
 from minivllm.model_executor.model_loader import default_model_path
-from minivllm.model_executor.models.llama import by_rows, compiled_copy
+from minivllm.model_executor.models.llama import by_rows, compiled_copy, padding_decode_metadata
 from minivllm.sampling_params import SamplingParams
 
 
 def decode_inputs(llm, n):
-    "A layer's inputs for `n` decode tokens (padding slots) and their attention metadata."
+    "A layer's inputs for `n` decode tokens (padding slots, as the warm-up's) and their attention metadata."
     model = llm.model
     x, residual = torch.randn(2, n, model.config.hidden_size)
     positions = torch.zeros(n, dtype=torch.int64)
-    metadata = AttentionMetadata(torch.arange(n + 1, dtype=torch.int32), torch.ones(n, dtype=torch.int32),
-                                 torch.zeros(n, 1, dtype=torch.int32),
-                                 torch.full((n,), PAD_SLOT_ID, dtype=torch.int64), max_query_len=1, max_seq_len=1)
-    return (x, residual, positions, model.model.rotary_emb(positions), model.kv_caches[0]), metadata
+    inputs = (x, residual, positions, model.model.rotary_emb(positions), model.kv_caches[0])
+    return inputs, padding_decode_metadata(n)
 
 
 def compile_as_before(fn, layer, llm):

@@ -6,8 +6,8 @@
 __all__ = ['onednn_linear', 'ONEDNN', 'layer_attention_op', 'ARCHITECTURES', 'get_head_dim', 'rope_parameters', 'RMSNorm',
            'rope_inv_freq', 'apply_rope', 'RotaryEmbedding', 'register_op', 'unquantized_gemm', 'Linear', 'LlamaMLP',
            'layer_attention', 'LlamaAttention', 'make_kv_caches', 'LlamaDecoderLayer', 'LlamaModel', 'LlamaForCausalLM',
-           'trust_known_vec_isa', 'module_constants', 'compiled_copy', 'without_dynamo', 'by_rows',
-           'compile_and_warm_up', 'rms_norm_triton', 'rope_triton']
+           'padding_decode_metadata', 'trust_known_vec_isa', 'module_constants', 'compiled_copy', 'without_dynamo',
+           'by_rows', 'compile_and_warm_up', 'rms_norm_triton', 'rope_triton']
 
 # %% ../../../nbs/13_model.ipynb #f11da485
 import hashlib, math, os, platform, types, warnings
@@ -335,14 +335,18 @@ def bind_kv_caches(self: LlamaForCausalLM, kv_caches: list):
     self.kv_caches = list(kv_caches)
 
 # %% ../../../nbs/13_model.ipynb #ed4a63cc
+def padding_decode_metadata(n: int, device="cpu") -> AttentionMetadata:
+    "Metadata of a decode step of `n` one-token requests whose K/V go to padding slots only."
+    return AttentionMetadata(torch.arange(n + 1, dtype=torch.int32, device=device),
+                             torch.ones(n, dtype=torch.int32, device=device),
+                             torch.zeros(n, 1, dtype=torch.int32, device=device),
+                             torch.full((n,), PAD_SLOT_ID, dtype=torch.int64, device=device),
+                             max_query_len=1, max_seq_len=1)
+
 def _dummy_decode(model: LlamaForCausalLM, num_reqs: int):
     "Run a decode step of `num_reqs` one-token requests that writes only padding slots."
     device, n = model.kv_caches[0].device, num_reqs
-    metadata = AttentionMetadata(torch.arange(n + 1, dtype=torch.int32, device=device),
-                           torch.ones(n, dtype=torch.int32, device=device),
-                           torch.zeros(n, 1, dtype=torch.int32, device=device),
-                           torch.full((n,), PAD_SLOT_ID, dtype=torch.int64, device=device),
-                           max_query_len=1, max_seq_len=1)
+    metadata = padding_decode_metadata(n, device)
     input_ids, positions = (torch.zeros(n, dtype=torch.int64, device=device) for _ in range(2))
     with torch.no_grad():
         model.compute_logits(model(input_ids, positions, metadata))   # layers mark n > 1 dynamic

@@ -1,5 +1,5 @@
 """A Llama-family decoder (Llama, SmolLM2, Qwen2, Qwen3) over the paged KV cache, loading Hugging Face safetensors."""
-__all__ = ['onednn_linear', 'ONEDNN', 'layer_attention_op', 'ARCHITECTURES', 'get_head_dim', 'rope_parameters', 'RMSNorm', 'rope_inv_freq', 'apply_rope', 'RotaryEmbedding', 'register_op', 'unquantized_gemm', 'Linear', 'LlamaMLP', 'layer_attention', 'LlamaAttention', 'make_kv_caches', 'LlamaDecoderLayer', 'LlamaModel', 'LlamaForCausalLM', 'trust_known_vec_isa', 'module_constants', 'compiled_copy', 'without_dynamo', 'by_rows', 'compile_and_warm_up', 'rms_norm_triton', 'rope_triton']
+__all__ = ['onednn_linear', 'ONEDNN', 'layer_attention_op', 'ARCHITECTURES', 'get_head_dim', 'rope_parameters', 'RMSNorm', 'rope_inv_freq', 'apply_rope', 'RotaryEmbedding', 'register_op', 'unquantized_gemm', 'Linear', 'LlamaMLP', 'layer_attention', 'LlamaAttention', 'make_kv_caches', 'LlamaDecoderLayer', 'LlamaModel', 'LlamaForCausalLM', 'padding_decode_metadata', 'trust_known_vec_isa', 'module_constants', 'compiled_copy', 'without_dynamo', 'by_rows', 'compile_and_warm_up', 'rms_norm_triton', 'rope_triton']
 import hashlib, math, os, platform, types, warnings
 from pathlib import Path
 from typing import Callable
@@ -159,6 +159,10 @@ class LlamaForCausalLM(nn.Module):
     def bind_kv_caches(self: LlamaForCausalLM, kv_caches: list):
         """Use these tensors (one `[blocks, 2, block_size, kv_heads, head_dim]` per layer) as KV cache."""
         ...
+
+def padding_decode_metadata(n: int, device='cpu') -> AttentionMetadata:
+    """Metadata of a decode step of `n` one-token requests whose K/V go to padding slots only."""
+    ...
 
 def _dummy_decode(model: LlamaForCausalLM, num_reqs: int):
     """Run a decode step of `num_reqs` one-token requests that writes only padding slots."""
