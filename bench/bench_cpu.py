@@ -21,8 +21,9 @@ machine absolute speeds mean little. Run it alone for numbers that compare with 
     python bench/bench_cpu.py [--threads N] [--repeat 2] [--gguf PATH] [--skip-batched] [--skip-startup]
                               [--compare-tree OTHER_CHECKOUT]
 
-With `--compare-tree`, start-up and the single-stream and batched speeds of another checkout are measured in the
-same run, in child processes interleaved with this checkout's: the before/after of a change.
+With `--compare-tree`, start-up and the single-stream, batched and decoding (32 prompts of 16 tokens, 64 tokens
+each: a step of mostly 32-row products) speeds of another checkout are measured in the same run, in child processes
+interleaved with this checkout's: the before/after of a change.
 """
 import argparse
 import os
@@ -99,6 +100,7 @@ llm = LLM(sys.argv[1], num_gpu_blocks=1024)
 rng = random.Random(32)
 batch = [[rng.randrange(100, 49152) for _ in range(rng.randint(16, 256))] for _ in range(32)]
 single = [[rng.randrange(100, 49152) for _ in range(26)]]
+decode = [[rng.randrange(100, 49152) for _ in range(16)] for _ in range(32)]    # short prompts
 def run(prompts, n):
     sp = SamplingParams(temperature=0, max_tokens=n, ignore_eos=True)
     llm.reset_prefix_cache()                  # a repeat must not reuse the last run's prompts
@@ -106,7 +108,8 @@ def run(prompts, n):
 run(single, 4)
 t1 = min(run(single, 128) for _ in range(2))
 tb = run(batch, 64)
-print(f"{128 / t1:.2f} {32 * 64 / tb:.2f}")
+td = run(decode, 64)
+print(f"{128 / t1:.2f} {32 * 64 / tb:.2f} {32 * 64 / td:.2f}")
 """
 
 
@@ -120,7 +123,7 @@ def child_env(threads, cache, tree=None):
 def run_child(code, args, env, cwd=None):
     r = subprocess.run([sys.executable, "-c", code, *map(str, args)], env=env, check=True, cwd=cwd,
                        capture_output=True, text=True)
-    return tuple(map(float, r.stdout.split()[-2:]))
+    return tuple(map(float, r.stdout.splitlines()[-1].split()))
 
 
 def start_up(path, threads, trees=(None,)):
@@ -304,9 +307,10 @@ def main():
             for tree in (None, args.compare_tree):
                 got = run_child(SPEED, [path], child_env(args.threads, None, tree), cwd=tree)
                 best[tree] = tuple(map(max, best.get(tree, got), got))
-        (s1, b1), (s0, b0) = best[None], best[args.compare_tree]
+        (s1, b1, d1), (s0, b0, d0) = best[None], best[args.compare_tree]
         print(f"this checkout vs {args.compare_tree}: single stream {s1:.1f} vs {s0:.1f} tok/s ({s1 / s0:.2f}x), "
-              f"batched 32 x 64 {b1:.1f} vs {b0:.1f} tok/s ({b1 / b0:.2f}x)", flush=True)
+              f"batched 32 x 64 {b1:.1f} vs {b0:.1f} tok/s ({b1 / b0:.2f}x), decoding 32 x 64 after 16-token "
+              f"prompts {d1:.1f} vs {d0:.1f} tok/s ({d1 / d0:.2f}x)", flush=True)
 
     llm = LLM(path, num_gpu_blocks=1024)
     tok, c = llm.get_tokenizer(), llm.model.config

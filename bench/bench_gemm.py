@@ -1,11 +1,12 @@
-"""The linear layers' products on a CPU: PyTorch's `F.linear` (MKL) against oneDNN and the compiled streamed loop.
+"""The linear layers' products on a CPU: PyTorch's `F.linear` (MKL) against oneDNN, plain or packed, and the compiled loop.
 
 Weights shaped like SmolLM2-135M's 30 layers (qkv 960x576, o 576x576, gate_up 3072x576, down 576x1536, float32,
 about 425 MB, more than any cache), each multiplied by an input of M rows, for M from 1 (a decode of one request) to
 256 (a prefill chunk or a large decode batch). Prints milliseconds for all 120 products, the weight bytes read per
-second, and oneDNN's speed-up over `F.linear`, measured in the same run; with `--compile` also the one-row product
-written as `(weight * x).sum(-1)` under `torch.compile` (the branch `unquantized_gemm` takes inside a compiled graph),
-all in one compiled graph.
+second and oneDNN's speed-up over `F.linear`; then oneDNN on the weights packed once in its own layout (as
+`dispatch_cpu_unquantized_gemm` packs them, vLLM's), in GFLOP/s, and its speed-up over the plain weights; all
+measured in the same run. With `--compile` also the one-row product written as `(weight * x).sum(-1)` under
+`torch.compile` (the branch `unquantized_gemm` takes inside a compiled graph), all in one compiled graph.
 
     python bench/bench_gemm.py [--threads N] [--rows 1 2 4 8 32 256] [--compile]
 """
@@ -41,14 +42,20 @@ def main():
     gb = sum(w.numel() * w.element_size() for w in weights) / 1e9
     onednn = torch.ops.mkldnn._linear_pointwise
     print(f"{len(weights)} products over {gb * 1e3:.0f} MB of float32 weights, {args.threads} threads")
-    print(f"{'rows':>5} {'F.linear ms':>12} {'GB/s':>6} {'oneDNN ms':>10} {'GB/s':>6} {'speed-up':>9}")
+    packed = [torch.ops.mkldnn._reorder_linear_weight(w) for w in weights]
+    print(f"{'rows':>5} {'F.linear ms':>12} {'GB/s':>6} {'oneDNN ms':>10} {'GB/s':>6} {'speed-up':>9} "
+          f"{'packed ms':>10} {'GFLOP/s':>8} {'vs plain':>9}")
     for m in args.rows:
         xs = {k: torch.randn(m, k) for k in {w.shape[1] for w in weights}}
         t_mkl = best_ms(lambda: [F.linear(xs[w.shape[1]], w) for w in weights])
         t_dnn = best_ms(lambda: [onednn(xs[w.shape[1]], w, None, "none", [], "") for w in weights])
+        t_pack = best_ms(lambda: [onednn(xs[w.shape[1]], p, None, "none", [], "")
+                                  for w, p in zip(weights, packed)])
         if m == 1: t_mkl_1 = t_mkl
+        gflop = 2 * m * gb / 4          # 2 flops per weight and row; 4 bytes per weight
         print(f"{m:>5} {t_mkl:>12.1f} {gb / t_mkl * 1e3:>6.1f} {t_dnn:>10.1f} {gb / t_dnn * 1e3:>6.1f} "
-              f"{t_mkl / t_dnn:>8.2f}x", flush=True)
+              f"{t_mkl / t_dnn:>8.2f}x {t_pack:>10.1f} {gflop / t_pack * 1e3:>8.1f} {t_dnn / t_pack:>8.2f}x",
+              flush=True)
     if args.compile:   # all 120 one-row products in one compiled graph, as in the model's compiled decode
         @torch.compile
         def all_layers(x, y, ws):

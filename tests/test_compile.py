@@ -25,15 +25,24 @@ ARCHS = ["LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"]
 
 @pytest.mark.parametrize("rows", [1, 3, 64])
 @pytest.mark.parametrize("bias", [False, True])
-def test_unquantized_gemm_equals_linear_eager_and_compiled(rows, bias):
-    "oneDNN (eager), the streamed one-row loop and the oneDNN op (compiled) all compute `F.linear`."
+@pytest.mark.parametrize("packed", [False, True])
+def test_unquantized_gemm_equals_linear_eager_and_compiled(rows, bias, packed):
+    """oneDNN (eager), the streamed one-row loop and the oneDNN op (compiled) all compute `F.linear`, from
+    the plain weight or from its copy in oneDNN's packed layout (which every product but a compiled
+    one-row one reads: here the plain weight is zeroed after packing, so reading it would fail)."""
     g = torch.Generator().manual_seed(rows)
-    x, w = torch.randn(rows, 96, generator=g), torch.randn(80, 96, generator=g)
-    b = torch.randn(80, generator=g) if bias else None
+    layer = Linear(96, 80, bias).requires_grad_(False)
+    with torch.no_grad(): layer.weight.copy_(torch.randn(80, 96, generator=g))
+    x, w, b = torch.randn(rows, 96, generator=g), layer.weight.clone(), layer.bias
     want = F.linear(x, w, b)
-    torch.testing.assert_close(unquantized_gemm(x, w, b), want, rtol=1e-5, atol=1e-5)
-    compiled = torch.compile(unquantized_gemm, fullgraph=True)
-    torch.testing.assert_close(compiled(x, w, b), want, rtol=1e-5, atol=1e-5)
+    if packed:
+        model_mod.dispatch_cpu_unquantized_gemm(layer)
+        assert layer.packed_weight.layout == torch._mkldnn
+        if rows > 1: layer.weight.data.zero_()
+    gemm = lambda x: unquantized_gemm(x, layer.weight, b, layer.packed_weight)
+    torch.testing.assert_close(gemm(x), want, rtol=1e-5, atol=1e-5)
+    compiled = torch.compile(gemm, fullgraph=True)
+    torch.testing.assert_close(compiled(x), want, rtol=1e-5, atol=1e-5)
 
 
 def test_linear_keeps_nn_linear_parameters_and_other_dtypes():
@@ -125,6 +134,24 @@ def test_failed_compile_warns_and_runs_eagerly(tiny_llama_path, monkeypatch):
         assert model(torch.tensor([5, 6, 7]), positions, md).shape == (3, model.config.hidden_size)
 
 
+def test_load_model_packs_float32_product_weights(tmp_path):
+    """vLLM's process_weights_after_loading on a CPU: every product weight of a float32 model (the layers' and the
+    output head's, tied or not) also in oneDNN's packed layout, which is what a step of 2+ rows reads; other
+    dtypes pack nothing (F.linear's path)."""
+    from minivllm.testing.tiny_models import make_tiny_model
+    for tied in (True, False):
+        path = make_tiny_model(tmp_path / str(tied), tie_word_embeddings=tied)
+        model = load_model(path)
+        assert (model.lm_head is model.model.embed_tokens) is tied
+        products = {model.lm_head, *(m for m in model.modules() if isinstance(m, Linear))}
+        assert len(products) == 1 + 4 * model.config.num_hidden_layers
+        assert all(m.packed_weight.layout == torch._mkldnn for m in products)
+        x = torch.randn(3, model.config.hidden_size)
+        torch.testing.assert_close(model.compute_logits(x), x @ model.lm_head.weight.T, rtol=1e-5, atol=1e-5)
+    model = load_model(path, dtype="bfloat16")
+    assert not any("packed_weight" in vars(m) for m in model.modules())
+
+
 def test_only_float32_is_compiled_on_cpu(tiny_llama_path):
     "bfloat16 on a CPU runs eagerly (a compiled graph would keep float32 intermediates and change tokens)."
     llm = LLM(tiny_llama_path, dtype="bfloat16", num_gpu_blocks=16)
@@ -135,19 +162,21 @@ def test_models_of_different_shapes_keep_their_own_graphs_without_guards(tmp_pat
     """compile_and_warm_up compiles a copy of the layer's forward per parameter layout, constants and step
     shape (one row, 2+ rows), and one of the one-row logits, each without guards (vLLM's guard_filter_fn):
     each copy holds one graph, and the model then calls the code TorchDynamo made of it directly (vLLM's
-    bytecode hook). Models of one shape share the copies, whatever their number of KV blocks (the warm-up
-    marks it dynamic); a model with another parameter layout gets its own, and so does one whose
-    parameters have the same shapes but whose heads differ (8 heads of 16 against 4 of 32), which only
-    the constants in the key tell apart."""
+    bytecode hook). Models of one shape share the copies, whatever their weights (parameters and the
+    oneDNN-packed copies are the graph's inputs, not constants: the twin, other weights, computes its own
+    results) and number of KV blocks (the warm-up marks it dynamic); a model with another parameter
+    layout gets its own, and so does one whose parameters have the same shapes but whose heads differ
+    (8 heads of 16 against 4 of 32), which only the constants in the key tell apart."""
     from minivllm.testing.tiny_models import make_tiny_model
-    paths = {"a": make_tiny_model(tmp_path / "a"), "wider": make_tiny_model(tmp_path / "w", intermediate_size=56),
+    paths = {"a": make_tiny_model(tmp_path / "a"), "a_twin": make_tiny_model(tmp_path / "t", seed=1),
+             "wider": make_tiny_model(tmp_path / "w", intermediate_size=56),
              "heads": make_tiny_model(tmp_path / "h", num_attention_heads=8, num_key_value_heads=4, head_dim=16)}
     def compiled(path, num_blocks):
         model = load_model(path)
         model.bind_kv_caches(make_kv_caches(*model.kv_cache_spec(), num_blocks, 16))
         assert compile_and_warm_up(model)
         return model
-    models = {"a": compiled(paths["a"], 1), "a_twin": compiled(paths["a"], 9),
+    models = {"a": compiled(paths["a"], 1), "a_twin": compiled(paths["a_twin"], 9),
               "wider": compiled(paths["wider"], 4), "heads": compiled(paths["heads"], 4)}
     graphs = {}                  # TorchDynamo's code of each compiled copy -> its one cache entry
     for copy in model_mod._COMPILED.values():
@@ -162,7 +191,8 @@ def test_models_of_different_shapes_keep_their_own_graphs_without_guards(tmp_pat
     for code in {c for m in models.values() for c in codes(m)}:
         root = graphs[code].guard_manager.root
         assert not root.get_leaf_guards() and not root.get_child_managers()
-    for name, path, num_blocks in (("a_twin", paths["a"], 9), ("heads", paths["heads"], 4)):
+    for name, num_blocks in (("a_twin", 9), ("heads", 4)):    # other weights: their own products
+        path = paths[name]
         eager = load_model(path)                              # the same weights, never compiled
         eager.bind_kv_caches(make_kv_caches(*eager.kv_cache_spec(), num_blocks, 16))
         for n in (1, 3):

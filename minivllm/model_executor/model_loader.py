@@ -2,7 +2,8 @@
 
 # %% auto #0
 __all__ = ['STACKED_PARAMS', 'DEFAULT_MODEL', 'check_config', 'safetensors_files', 'checkpoint_names', 'load_weights',
-           'resolve_dtype', 'load_model', 'compile_cache_dir', 'embedded_gguf', 'convert_gguf', 'default_model_path']
+           'resolve_dtype', 'load_model', 'process_weights_after_loading', 'compile_cache_dir', 'embedded_gguf',
+           'convert_gguf', 'default_model_path']
 
 # %% ../../nbs/13_model.ipynb #366c84c2
 import importlib.util, json, os, shutil, tempfile
@@ -15,7 +16,8 @@ from safetensors.torch import save_file
 from transformers import AutoConfig
 from ..attention.selector import get_attn_backend
 from ..envs import cache_dir
-from .models.llama import ARCHITECTURES, LlamaForCausalLM
+from .models.llama import (
+    ARCHITECTURES, Linear, LlamaForCausalLM, dispatch_cpu_unquantized_gemm)
 
 # %% ../../nbs/13_model.ipynb #882c9a22
 def check_config(config, path=None):
@@ -121,7 +123,14 @@ def load_model(model_path, dtype="auto", device="cpu", attn_backend="auto") -> L
     load_weights(model, path)
     rope = model.model.rotary_emb             # not a checkpoint tensor: computed again
     rope.cos_sin_cache.copy_(rope._compute_cos_sin_cache())
-    return model.eval().requires_grad_(False)
+    process_weights_after_loading(model.eval().requires_grad_(False))
+    return model
+
+def process_weights_after_loading(model: LlamaForCausalLM):
+    "vLLM's last loading step: each product's weight also in the layout its CPU kernel reads best."
+    for module in model.modules():
+        if isinstance(module, Linear) or module is model.lm_head:
+            dispatch_cpu_unquantized_gemm(module)
 
 # %% ../../nbs/13_model.ipynb #951be249
 DEFAULT_MODEL = "SmolLM2-135M-Instruct"

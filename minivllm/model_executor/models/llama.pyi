@@ -1,5 +1,5 @@
 """A Llama-family decoder (Llama, SmolLM2, Qwen2, Qwen3) over the paged KV cache, loading Hugging Face safetensors."""
-__all__ = ['onednn_linear', 'ONEDNN', 'layer_attention_op', 'ARCHITECTURES', 'get_head_dim', 'rope_parameters', 'RMSNorm', 'rope_inv_freq', 'apply_rope', 'RotaryEmbedding', 'register_op', 'unquantized_gemm', 'Linear', 'LlamaMLP', 'layer_attention', 'LlamaAttention', 'make_kv_caches', 'LlamaDecoderLayer', 'LlamaModel', 'LlamaForCausalLM', 'padding_decode_metadata', 'trust_known_vec_isa', 'module_constants', 'compiled_copy', 'without_dynamo', 'by_rows', 'compile_and_warm_up', 'rms_norm_triton', 'rope_triton']
+__all__ = ['onednn_linear', 'ONEDNN', 'PREPACK', 'layer_attention_op', 'ARCHITECTURES', 'get_head_dim', 'rope_parameters', 'RMSNorm', 'rope_inv_freq', 'apply_rope', 'RotaryEmbedding', 'register_op', 'unquantized_gemm', 'dispatch_cpu_unquantized_gemm', 'Linear', 'LlamaMLP', 'layer_attention', 'LlamaAttention', 'make_kv_caches', 'LlamaDecoderLayer', 'LlamaModel', 'LlamaForCausalLM', 'padding_decode_metadata', 'trust_known_vec_isa', 'module_constants', 'compiled_copy', 'without_dynamo', 'by_rows', 'compile_and_warm_up', 'rms_norm_triton', 'rope_triton']
 import hashlib, math, os, platform, types, warnings
 from pathlib import Path
 from typing import Callable
@@ -76,13 +76,19 @@ def _onednn_linear(x, weight, bias):
     ...
 onednn_linear = register_op('onednn_linear', '(Tensor x, Tensor weight, Tensor? bias) -> Tensor', _onednn_linear, lambda x, weight, bias: x.new_empty(*x.shape[:-1], weight.shape[0]))
 ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, '_linear_pointwise')
+PREPACK = ONEDNN and hasattr(torch.ops.mkldnn, '_reorder_linear_weight')
 
-def unquantized_gemm(x, weight, bias=None):
+def unquantized_gemm(x, weight, bias=None, packed_weight=None):
     """vLLM's `dispatch_unquantized_gemm`: float32 on a CPU goes to oneDNN, the rest to `F.linear`."""
+    ...
+
+def dispatch_cpu_unquantized_gemm(layer: nn.Module):
+    """vLLM's: a float32 CPU weight gets a copy in oneDNN's packed layout, `layer.packed_weight`."""
     ...
 
 class Linear(nn.Linear):
     """`nn.Linear` whose product goes through `unquantized_gemm` (vLLM's `UnquantizedLinearMethod`)."""
+    packed_weight = None
 
     def forward(self, x):
         ...
@@ -174,7 +180,7 @@ def trust_known_vec_isa(cache: Path | None=None) -> Path:
 _COMPILED: dict[tuple, Callable] = {}
 
 def module_constants(module: nn.Module) -> tuple:
-    """The plain values (sizes, flags, eps) of `module` and its submodules: what a graph bakes in."""
+    """What a graph bakes in: `module`'s plain values (sizes, eps), which tensors it holds where."""
     ...
 
 def compiled_copy(fn: Callable, module: nn.Module, *inputs) -> Callable:
