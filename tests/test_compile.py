@@ -192,9 +192,8 @@ def test_models_of_different_shapes_keep_their_own_graphs_without_guards(tmp_pat
     for code in {c for m in models.values() for c in codes(m)}:
         root = graphs[code].guard_manager.root
         assert not root.get_leaf_guards() and not root.get_child_managers()
-    for name, num_blocks in (("a_twin", 9), ("heads", 4)):    # other weights: their own products
-        path = paths[name]
-        eager = load_model(path)                              # the same weights, never compiled
+    for name, num_blocks in (("a_twin", 9), ("heads", 4)):
+        eager = load_model(paths[name])                       # the same weights, never compiled
         eager.bind_kv_caches(make_kv_caches(*eager.kv_cache_spec(), num_blocks, 16))
         for n in (1, 3):
             positions, md = make_attn_metadata([[1]], [0], [n], 16)
