@@ -384,7 +384,7 @@ def trust_known_vec_isa(cache: Path | None = None) -> Path:
 _COMPILED: dict[tuple, Callable] = {}    # compiled_copy's: one per function, module and inputs
 
 def module_constants(module: nn.Module) -> tuple:
-    "What a graph bakes in: `module`'s plain values (sizes, eps), which tensors it holds where."
+    "What a graph bakes in: the plain values (sizes, eps) in `module`, the layouts of its tensors."
     def baked(v): return v.layout if isinstance(v, torch.Tensor) else v   # (a packed weight)
     kinds = (bool, int, float, str, torch.Tensor)
     return tuple((name, k, baked(v)) for name, m in module.named_modules()

@@ -180,7 +180,7 @@ def trust_known_vec_isa(cache: Path | None=None) -> Path:
 _COMPILED: dict[tuple, Callable] = {}
 
 def module_constants(module: nn.Module) -> tuple:
-    """What a graph bakes in: `module`'s plain values (sizes, eps), which tensors it holds where."""
+    """What a graph bakes in: the plain values (sizes, eps) in `module`, the layouts of its tensors."""
     ...
 
 def compiled_copy(fn: Callable, module: nn.Module, *inputs) -> Callable:
