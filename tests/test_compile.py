@@ -113,20 +113,20 @@ def test_triton_backend_layers_run_compiled_or_given_back_to_eager(tiny_paths_by
     for layer in llm.model.model.layers: del layer.forward       # the layers given back to eager
     assert [o.outputs[0].token_ids for o in llm.generate(batch, greedy, use_tqdm=False)] == want
 
-def test_failed_compile_warns_and_runs_eagerly(tiny_llama_path, monkeypatch):
+def test_failed_compile_warns_and_runs_eagerly(tiny_llama_path, monkeypatch, tmp_path):
     "Without a working compiler (here: a torch.compile whose result raises) the model stays eager and correct."
     model = load_model(tiny_llama_path)
     model.bind_kv_caches(make_kv_caches(*model.kv_cache_spec(), 4, 16))
     with pytest.raises(RuntimeError, match="bind the KV caches"): compile_and_warm_up(load_model(
         tiny_llama_path))
 
-    def broken_compile(fn, **kwargs):
-        def run(*args, **kw): raise OSError("no C++ compiler")
-        return run
-    monkeypatch.setattr(model_mod.torch, "compile", broken_compile)
+    class BrokenCompile:                  # what torch.compile gives where no C++ compiler works
+        def __init__(self, fn, **kwargs): pass
+        def aot_compile(self, example): raise OSError("no C++ compiler")
+    monkeypatch.setattr(model_mod.torch, "compile", BrokenCompile)
     monkeypatch.setattr(model_mod, "_COMPILED", {})     # a process that never compiled this model
     with pytest.warns(UserWarning, match="torch.compile failed, running eagerly.*no C\\+\\+ compiler"):
-        assert compile_and_warm_up(model) is False
+        assert compile_and_warm_up(model, tmp_path) is False      # (an empty cache: nothing to load)
     assert not any("forward" in vars(layer) for layer in model.model.layers)
     assert "compute_logits" not in vars(model) and not model.model.regional
     positions, md = make_attn_metadata([[1]], [0], [3], 16)
@@ -160,14 +160,14 @@ def test_only_float32_is_compiled_on_cpu(tiny_llama_path):
 
 
 def test_models_of_different_shapes_keep_their_own_graphs_without_guards(tmp_path):
-    """compile_and_warm_up compiles a copy of the layer's forward per parameter layout, constants and step
-    shape (one row, 2+ rows), and one of the one-row logits, each without guards (vLLM's guard_filter_fn):
-    each copy holds one graph, and the model then calls the code TorchDynamo made of it directly (vLLM's
-    bytecode hook). Models of one shape share the copies, whatever their weights (parameters and the
-    oneDNN-packed copies are the graph's inputs, not constants: the twin, other weights, computes its own
-    results) and number of KV blocks (the warm-up marks it dynamic); a model with another parameter
-    layout gets its own, and so does one whose parameters have the same shapes but whose heads differ
-    (8 heads of 16 against 4 of 32), which only the constants in the key tell apart."""
+    """compile_and_warm_up compiles the layer's forward ahead of time (vLLM's AOT compile) per parameter
+    layout, constants and step shape (one row, 2+ rows), and the one-row logits, each without guards
+    (vLLM's guard_filter_fn), and the model calls them with their guard check off. Models of one shape
+    share the compiled functions, whatever their weights (parameters and the oneDNN-packed copies are
+    the graph's inputs, not constants: the twin, other weights, computes its own results) and number of
+    KV blocks (marked dynamic); a model with another parameter layout gets its own, and so does one
+    whose parameters have the same shapes but whose heads differ (8 heads of 16 against 4 of 32), which
+    only the constants in the key tell apart."""
     from minivllm.testing.tiny_models import make_tiny_model
     paths = {"a": make_tiny_model(tmp_path / "a"), "a_twin": make_tiny_model(tmp_path / "t", seed=1),
              "wider": make_tiny_model(tmp_path / "w", intermediate_size=56),
@@ -175,23 +175,24 @@ def test_models_of_different_shapes_keep_their_own_graphs_without_guards(tmp_pat
     def compiled(path, num_blocks):
         model = load_model(path)
         model.bind_kv_caches(make_kv_caches(*model.kv_cache_spec(), num_blocks, 16))
-        assert compile_and_warm_up(model)
+        assert compile_and_warm_up(model, tmp_path / "cache")
         return model
     models = {"a": compiled(paths["a"], 1), "a_twin": compiled(paths["a_twin"], 9),
               "wider": compiled(paths["wider"], 4), "heads": compiled(paths["heads"], 4)}
-    graphs = {}                  # TorchDynamo's code of each compiled copy -> its one cache entry
-    for copy in model_mod._COMPILED.values():
-        entries = torch._dynamo.eval_frame._debug_get_cache_entry_list(copy._torchdynamo_orig_callable.__code__)
-        assert len(entries) <= 1
-        graphs.update({e.code: e for e in entries})
-    def codes(model):            # what the model calls: TorchDynamo's code, without TorchDynamo
+    def functions(model):        # what the model calls: the compiled functions themselves
         layer, logits = model.model.layers[0].forward.__func__, model.compute_logits.__func__
-        return layer.one_row.__code__, layer.more_rows.__code__, logits.one_row.__code__
-    assert codes(models["a"]) == codes(models["a_twin"])
-    for other in ("wider", "heads"): assert not set(codes(models["a"])) & set(codes(models[other]))
-    for code in {c for m in models.values() for c in codes(m)}:
-        root = graphs[code].guard_manager.root
-        assert not root.get_leaf_guards() and not root.get_child_managers()
+        return layer.one_row, layer.more_rows, logits.one_row
+    assert functions(models["a"]) == functions(models["a_twin"])
+    for other in ("wider", "heads"):
+        assert not {id(f) for f in functions(models["a"])} & {id(f) for f in functions(models[other])}
+    # no guards were kept: even the other models' layers pass the check the model no longer runs
+    one_row, more_rows, logits = functions(models["a"])
+    for other in models.values():
+        layer, kv = other.model.layers[0], other.kv_caches[0]
+        for f, example in ((one_row, model_mod.layer_example(other, 1)),
+                           (more_rows, model_mod.layer_example(other, 5))):
+            assert f.guard_check(layer, *example[:-1], kv)
+        assert logits.guard_check(other, torch.zeros(1, other.config.hidden_size))
     for name, num_blocks in (("a_twin", 9), ("heads", 4)):
         eager = load_model(paths[name])                       # the same weights, never compiled
         eager.bind_kv_caches(make_kv_caches(*eager.kv_cache_spec(), num_blocks, 16))
@@ -201,6 +202,53 @@ def test_models_of_different_shapes_keep_their_own_graphs_without_guards(tmp_pat
             with torch.no_grad():
                 got, want = (m.compute_logits(m(ids, positions, md)[-1:]) for m in (models[name], eager))
             torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_a_new_process_loads_the_compiled_model_without_tracing_it(tiny_llama_path, tmp_path, monkeypatch):
+    """The first compile_and_warm_up saves its three compiled functions in the cache folder; a process that
+    never compiled the model (here: the in-process table emptied) loads them from there, TorchDynamo tracing
+    nothing, and the loaded model computes what the compiled one did."""
+    def compiled():
+        model = load_model(tiny_llama_path)
+        model.bind_kv_caches(make_kv_caches(*model.kv_cache_spec(), 4, 16))
+        assert compile_and_warm_up(model, tmp_path)
+        return model
+    traced = lambda: torch._dynamo.utils.counters["stats"]["calls_captured"]    # ops TorchDynamo saw
+    monkeypatch.setattr(model_mod, "_COMPILED", {})
+    before = traced()
+    first = compiled()
+    assert traced() > before and len(list((tmp_path / "aot_compile").glob("*.bin"))) == 3
+    monkeypatch.setattr(model_mod, "_COMPILED", {})
+    before = traced()
+    second = compiled()
+    assert traced() == before                                                  # nothing traced
+    for n in (1, 3):
+        positions, md = make_attn_metadata([[1]], [0], [n], 16)
+        ids = torch.tensor([5, 6, 7][:n])
+        with torch.no_grad():
+            got, want = (m.compute_logits(m(ids, positions, md)[-1:]) for m in (second, first))
+        torch.testing.assert_close(got, want, atol=0, rtol=0)
+
+
+def test_a_changed_source_is_compiled_again(tmp_path, monkeypatch):
+    """A saved compiled function records the source of every module TorchDynamo traced (vLLM checks it on
+    load too): after its module's code changes, load_or_aot_compile compiles the new code instead of
+    loading the old, and the saved file then holds the new one."""
+    import importlib
+    src = tmp_path / "aot_probe.py"
+    src.write_text("def f(x):\n    return x * 2 + 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import aot_probe
+    x, path = torch.randn(4), tmp_path / "f.bin"
+    first = model_mod.load_or_aot_compile(aot_probe.f, (x,), path)
+    assert path.exists() and model_mod.traced_sources_unchanged(first)
+    torch.testing.assert_close(model_mod.load_or_aot_compile(aot_probe.f, (x,), path)(x), x * 2 + 1)
+    src.write_text("def f(x):\n    return x * 3 + 1\n")
+    importlib.reload(aot_probe)
+    assert not model_mod.traced_sources_unchanged(first)
+    torch.testing.assert_close(model_mod.load_or_aot_compile(aot_probe.f, (x,), path)(x), x * 3 + 1)
+    with path.open("rb") as f: saved = torch.compiler.load_compiled_function(f)
+    torch.testing.assert_close(saved(x), x * 3 + 1)
 
 
 def test_vec_isa_probe_runs_once_and_is_trusted_only_where_the_flags_pick_the_same(tmp_path,

@@ -7,11 +7,11 @@ __all__ = ['onednn_linear', 'ONEDNN', 'PREPACK', 'layer_attention_op', 'ARCHITEC
            'RMSNorm', 'rope_inv_freq', 'apply_rope', 'RotaryEmbedding', 'register_op', 'unquantized_gemm',
            'dispatch_cpu_unquantized_gemm', 'Linear', 'LlamaMLP', 'layer_attention', 'LlamaAttention', 'make_kv_caches',
            'LlamaDecoderLayer', 'LlamaModel', 'LlamaForCausalLM', 'padding_decode_metadata', 'trust_known_vec_isa',
-           'module_constants', 'compiled_copy', 'without_dynamo', 'by_rows', 'compile_and_warm_up', 'rms_norm_triton',
-           'rope_triton']
+           'module_constants', 'traced_sources_unchanged', 'load_or_aot_compile', 'aot_compiled', 'layer_example',
+           'by_rows', 'compile_and_warm_up', 'rms_norm_triton', 'rope_triton']
 
 # %% ../../../nbs/13_model.ipynb #f11da485
-import hashlib, math, os, platform, types, warnings
+import hashlib, inspect, math, os, platform, sys, types, warnings
 from pathlib import Path
 from typing import Callable
 import torch
@@ -276,7 +276,6 @@ class LlamaModel(nn.Module):
     "Token embedding, the stack of decoder layers and the final norm."
     use_triton = False
     regional = False        # compile_and_warm_up sets it: the first layer gets a residual too
-    mark_dynamic = False    # set during the warm-up: the layer graph then takes any token count
     def __init__(self, config):
         super().__init__()
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
@@ -294,9 +293,6 @@ class LlamaModel(nn.Module):
         if self.use_triton and not (self.regional or torch.compiler.is_compiling()):
             cos_sin = self.rotary_emb.cos_sin_cache
         else: cos_sin = self.rotary_emb(positions)            # once per step, for every layer
-        if self.mark_dynamic:     # the warm-up: the number of blocks (and tokens, 2+) is a variable
-            steps = (x, residual, positions, *cos_sin) if x.shape[0] > 1 else ()
-            for t in (*kv_caches, *steps): torch._dynamo.mark_dynamic(t, 0)
         for layer, kv_cache in zip(self.layers, kv_caches, strict=True):
             x, residual = layer(x, residual, positions, cos_sin, kv_cache)
         return self.norm(x, residual)[0]
@@ -355,14 +351,6 @@ def padding_decode_metadata(n: int, device="cpu") -> AttentionMetadata:
                              torch.full((n,), PAD_SLOT_ID, dtype=torch.int64, device=device),
                              max_query_len=1, max_seq_len=1)
 
-def _dummy_decode(model: LlamaForCausalLM, num_reqs: int):
-    "Run a decode step of `num_reqs` one-token requests that writes only padding slots."
-    device, n = model.kv_caches[0].device, num_reqs
-    metadata = padding_decode_metadata(n, device)
-    input_ids, positions = (torch.zeros(n, dtype=torch.int64, device=device) for _ in range(2))
-    with torch.no_grad():
-        model.compute_logits(model(input_ids, positions, metadata))   # layers mark n > 1 dynamic
-
 def trust_known_vec_isa(cache: Path | None = None) -> Path:
     "Inductor's vector-ISA probe run once per torch, compiler and CPU (verdict kept in `cache`)."
     from torch._inductor import config, cpu_vec_isa
@@ -381,7 +369,7 @@ def trust_known_vec_isa(cache: Path | None = None) -> Path:
     else: cpu_vec_isa.valid_vec_isa_list.cache_clear()             # the probe decides
     return verdict
 
-_COMPILED: dict[tuple, Callable] = {}    # compiled_copy's: one per function, module and inputs
+_COMPILED: dict[tuple, Callable] = {}    # aot_compiled's: one per function, module and inputs
 
 def module_constants(module: nn.Module) -> tuple:
     "What a graph bakes in: the plain values (sizes, eps) in `module`, the layouts of its tensors."
@@ -390,25 +378,53 @@ def module_constants(module: nn.Module) -> tuple:
     return tuple((name, k, baked(v)) for name, m in module.named_modules()
                  for k, v in vars(m).items() if isinstance(v, kinds))
 
-def compiled_copy(fn: Callable, module: nn.Module, *inputs) -> Callable:
-    "`torch.compile` of a copy of `fn`, without guards: one per layout of `module` and `inputs`."
+def traced_sources_unchanged(compiled) -> bool:
+    "Whether the modules TorchDynamo traced still hold the code it compiled (vLLM's check on load)."
+    return all(s.module in sys.modules and inspect.getsource(sys.modules[s.module]) == s.content
+               for s in compiled.source_info().inlined_sources)
+
+def load_or_aot_compile(fn: Callable, example: tuple, path: Path | None) -> Callable:
+    "`fn` compiled ahead of time for inputs like `example`: loaded from `path`, else saved there."
+    if path is not None and path.exists():
+        try:
+            with path.open("rb") as f:
+                compiled = torch.compiler.load_compiled_function(f, f_globals=fn.__globals__)
+            if traced_sources_unchanged(compiled): return compiled
+        except Exception as e: warnings.warn(f"compiling again: {path} did not load ({e!r:.200})")
+    # vLLM's guard_filter_fn: the caller's key, checked once, instead of guards at every call
+    no_guards = {"guard_filter_fn": torch.compiler.skip_all_guards_unsafe}
+    with torch._dynamo.config.patch(specialize_float=True):    # floats (eps, scale): constants
+        compiled = torch.compile(fn, fullgraph=True, options=no_guards).aot_compile((example, {}))
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        compiled.save_compiled_function(str(path))         # written whole, or not at all
+    return compiled
+
+def aot_compiled(fn: Callable, module: nn.Module, example: tuple, inputs, cache: Path) -> Callable:
+    "`fn(module, *example)` compiled without guards, once per layout of `module` and `inputs`."
     layout = tuple((n, p.shape, p.dtype, p.device) for n, p in module.named_parameters())
     key = (fn, type(module), layout, module_constants(module), inputs)
-    if key not in _COMPILED:        # TorchDynamo keeps graphs, and counts them, per code object
-        copy = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__,
-                                  fn.__defaults__, fn.__closure__)
-        # vLLM's guard_filter_fn: the key above, checked once, instead of guards at every call
-        no_guards = {"guard_filter_fn": torch.compiler.skip_all_guards_unsafe}
-        _COMPILED[key] = torch.compile(copy, options=no_guards)
+    if key not in _COMPILED:
+        name = repr((torch.__version__, fn.__module__, fn.__qualname__, *key[1:]))
+        digest = hashlib.sha256(name.encode()).hexdigest()[:16]
+        # a notebook's own classes: compiled in this process only (their code has no file)
+        path = None if fn.__module__ == "__main__" else (
+            cache / "aot_compile" / f"{fn.__qualname__}-{digest}.bin")
+        compiled = load_or_aot_compile(fn, (module, *example), path)
+        compiled.disable_guard_check()         # none kept: the key above stands for them
+        _COMPILED[key] = compiled
     return _COMPILED[key]
 
-def without_dynamo(compiled: Callable) -> Callable:
-    "The code TorchDynamo made of a compiled copy (its one graph), called directly (vLLM's hook)."
-    fn = getattr(compiled, "_torchdynamo_orig_callable", None)    # None: TorchDynamo disabled
-    entries = torch._dynamo.eval_frame._debug_get_cache_entry_list(fn.__code__) if fn else []
-    if len(entries) != 1: return compiled                 # not compiled: TorchDynamo decides
-    return types.FunctionType(entries[0].code, fn.__globals__, fn.__name__, fn.__defaults__,
-                              fn.__closure__)
+def layer_example(model: LlamaForCausalLM, rows: int) -> tuple:
+    "A decoder layer's inputs for a step of `rows` tokens (2: any number from 2), on two KV blocks."
+    kv = model.kv_caches[0]
+    x, residual = (kv.new_zeros(rows, model.config.hidden_size) for _ in range(2))
+    positions = torch.zeros(rows, dtype=torch.int64, device=kv.device)
+    cos_sin = model.model.rotary_emb(positions)
+    kv_cache = kv.new_zeros(2, *kv.shape[1:])      # two blocks: a single one would be baked in
+    for t in (kv_cache, *((x, residual, positions, *cos_sin) if rows > 1 else ())):
+        torch._dynamo.mark_dynamic(t, 0)           # any number of blocks (and of tokens, 2+)
+    return x, residual, positions, cos_sin, kv_cache
 
 def by_rows(one_row: Callable, more_rows: Callable) -> Callable:
     "A method calling `one_row` for an input (the first argument) of one row, else `more_rows`."
@@ -417,36 +433,34 @@ def by_rows(one_row: Callable, more_rows: Callable) -> Callable:
     return forward
 
 def compile_and_warm_up(model: LlamaForCausalLM, cache: Path | None = None) -> bool:
-    "torch.compile one decoder layer (shared by all layers) and one-row logits; `False` if not."
+    "Compile (or load) one decoder layer, shared by all layers, and one-row logits; `False` if not."
     if not model.kv_caches: raise RuntimeError("bind the KV caches before compile_and_warm_up()")
     if cache is not None: os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache)   # read lazily
+    from torch._inductor.runtime.cache_dir_utils import cache_dir as inductor_cache_dir
+    cache = Path(cache or inductor_cache_dir())
     inner, layer, kv = model.model, model.model.layers[0], model.kv_caches[0]
     blocks = (kv.shape[1:], kv.dtype, kv.device)          # any number of blocks of this kind
     step, logits = type(layer).forward, type(model).compute_logits
-    copies = (compiled_copy(step, layer, 1, blocks), compiled_copy(step, layer, 2, blocks),
-              compiled_copy(logits, model, 1))
-    def install(one_row, more_rows, one_row_logits):
-        forward = by_rows(one_row, more_rows)
-        for each in inner.layers: each.forward = types.MethodType(forward, each)
-        # more rows call oneDNN eagerly, as a graph would: only one row has a compiled copy
-        model.compute_logits = types.MethodType(by_rows(one_row_logits, logits), model)
-    install(*copies)
-    inner.regional = inner.mark_dynamic = True
-    bound = model.kv_caches         # two blocks, marked dynamic (a single block would be baked in)
-    model.kv_caches = [c.new_zeros(2, *c.shape[1:]) for c in bound]
-    graphs = {2: "steps of 2+ tokens", 1: "single-token steps"}     # rows -> what the graph serves
+    hidden = kv.new_zeros(1, model.config.hidden_size)
+    graphs = {"single-token steps": (step, layer, layer_example(model, 1), (1, blocks)),
+              "steps of 2+ tokens": (step, layer, layer_example(model, 2), (2, blocks)),
+              "one-row logits": (logits, model, (hidden,), 1)}
     try:
-        with tqdm(graphs.items(), desc="torch.compile (cached later)", disable=None) as bar:
+        with torch.no_grad(), tqdm(graphs.items(), desc="torch.compile (cached later)",
+                                   disable=None) as bar:
             trust_known_vec_isa(cache)      # the first time, seconds of probing: under the bar
-            for n, serves in bar: bar.set_postfix_str(serves); _dummy_decode(model, n)
-        install(*map(without_dynamo, copies))     # compiled: called without TorchDynamo from now on
+            compiled = [bar.set_postfix_str(serves) or aot_compiled(*graph, cache)
+                        for serves, graph in bar]
     except Exception as e:          # inductor needs a C++ compiler, for one
-        for layer in inner.layers: del layer.forward            # back to the eager methods
-        del model.compute_logits, inner.regional
         warnings.warn(f"torch.compile failed, running eagerly ({type(e).__name__}: "
                       f"{str(e)[:200]}); enforce_eager=True skips compiling")
         return False
-    finally: inner.mark_dynamic, model.kv_caches = False, bound
+    one_row, more_rows, one_row_logits = compiled
+    forward = by_rows(one_row, more_rows)
+    for each in inner.layers: each.forward = types.MethodType(forward, each)
+    # more rows call oneDNN eagerly, as a graph would: only one row has a compiled copy
+    model.compute_logits = types.MethodType(by_rows(one_row_logits, logits), model)
+    inner.regional = True          # the first layer gets a zero residual: the graphs expect one
     return True
 
 # %% ../../../nbs/13_model.ipynb #aaa4d9d5

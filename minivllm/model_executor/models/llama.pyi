@@ -1,6 +1,6 @@
 """A Llama-family decoder (Llama, SmolLM2, Qwen2, Qwen3) over the paged KV cache, loading Hugging Face safetensors."""
-__all__ = ['onednn_linear', 'ONEDNN', 'PREPACK', 'layer_attention_op', 'ARCHITECTURES', 'get_head_dim', 'rope_parameters', 'RMSNorm', 'rope_inv_freq', 'apply_rope', 'RotaryEmbedding', 'register_op', 'unquantized_gemm', 'dispatch_cpu_unquantized_gemm', 'Linear', 'LlamaMLP', 'layer_attention', 'LlamaAttention', 'make_kv_caches', 'LlamaDecoderLayer', 'LlamaModel', 'LlamaForCausalLM', 'padding_decode_metadata', 'trust_known_vec_isa', 'module_constants', 'compiled_copy', 'without_dynamo', 'by_rows', 'compile_and_warm_up', 'rms_norm_triton', 'rope_triton']
-import hashlib, math, os, platform, types, warnings
+__all__ = ['onednn_linear', 'ONEDNN', 'PREPACK', 'layer_attention_op', 'ARCHITECTURES', 'get_head_dim', 'rope_parameters', 'RMSNorm', 'rope_inv_freq', 'apply_rope', 'RotaryEmbedding', 'register_op', 'unquantized_gemm', 'dispatch_cpu_unquantized_gemm', 'Linear', 'LlamaMLP', 'layer_attention', 'LlamaAttention', 'make_kv_caches', 'LlamaDecoderLayer', 'LlamaModel', 'LlamaForCausalLM', 'padding_decode_metadata', 'trust_known_vec_isa', 'module_constants', 'traced_sources_unchanged', 'load_or_aot_compile', 'aot_compiled', 'layer_example', 'by_rows', 'compile_and_warm_up', 'rms_norm_triton', 'rope_triton']
+import hashlib, inspect, math, os, platform, sys, types, warnings
 from pathlib import Path
 from typing import Callable
 import torch
@@ -136,7 +136,6 @@ class LlamaModel(nn.Module):
     """Token embedding, the stack of decoder layers and the final norm."""
     use_triton = False
     regional = False
-    mark_dynamic = False
 
     def __init__(self, config):
         ...
@@ -170,10 +169,6 @@ def padding_decode_metadata(n: int, device='cpu') -> AttentionMetadata:
     """Metadata of a decode step of `n` one-token requests whose K/V go to padding slots only."""
     ...
 
-def _dummy_decode(model: LlamaForCausalLM, num_reqs: int):
-    """Run a decode step of `num_reqs` one-token requests that writes only padding slots."""
-    ...
-
 def trust_known_vec_isa(cache: Path | None=None) -> Path:
     """Inductor's vector-ISA probe run once per torch, compiler and CPU (verdict kept in `cache`)."""
     ...
@@ -183,12 +178,20 @@ def module_constants(module: nn.Module) -> tuple:
     """What a graph bakes in: the plain values (sizes, eps) in `module`, the layouts of its tensors."""
     ...
 
-def compiled_copy(fn: Callable, module: nn.Module, *inputs) -> Callable:
-    """`torch.compile` of a copy of `fn`, without guards: one per layout of `module` and `inputs`."""
+def traced_sources_unchanged(compiled) -> bool:
+    """Whether the modules TorchDynamo traced still hold the code it compiled (vLLM's check on load)."""
     ...
 
-def without_dynamo(compiled: Callable) -> Callable:
-    """The code TorchDynamo made of a compiled copy (its one graph), called directly (vLLM's hook)."""
+def load_or_aot_compile(fn: Callable, example: tuple, path: Path | None) -> Callable:
+    """`fn` compiled ahead of time for inputs like `example`: loaded from `path`, else saved there."""
+    ...
+
+def aot_compiled(fn: Callable, module: nn.Module, example: tuple, inputs, cache: Path) -> Callable:
+    """`fn(module, *example)` compiled without guards, once per layout of `module` and `inputs`."""
+    ...
+
+def layer_example(model: LlamaForCausalLM, rows: int) -> tuple:
+    """A decoder layer's inputs for a step of `rows` tokens (2: any number from 2), on two KV blocks."""
     ...
 
 def by_rows(one_row: Callable, more_rows: Callable) -> Callable:
@@ -196,7 +199,7 @@ def by_rows(one_row: Callable, more_rows: Callable) -> Callable:
     ...
 
 def compile_and_warm_up(model: LlamaForCausalLM, cache: Path | None=None) -> bool:
-    """torch.compile one decoder layer (shared by all layers) and one-row logits; `False` if not."""
+    """Compile (or load) one decoder layer, shared by all layers, and one-row logits; `False` if not."""
     ...
 
 @triton.jit
