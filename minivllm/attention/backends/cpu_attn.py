@@ -20,6 +20,23 @@ constexpr int W = 16;                      // floats per vector: 512 bits (the c
 typedef float vec __attribute__((vector_size(W * sizeof(float))));   // where registers are less)
 static vec load(const float* p) { vec v; std::memcpy(&v, p, sizeof v); return v; }
 static void store(float* p, vec v) { std::memcpy(p, &v, sizeof v); }
+typedef int32_t ivec __attribute__((vector_size(W * sizeof(int32_t))));
+
+// e^x in every lane (x <= 0 here: scores minus their maximum): e^x = 2^k e^r, k = round(x / ln 2),
+// |r| <= ln(2) / 2, e^r by its Taylor polynomial of degree 6 (relative error about 1e-7, float's
+// own rounding), 2^k written into the exponent bits. Below -87, e^x is about 1e-38: as good as 0.
+static vec exp16(vec x) {
+    x = x < -87.0f ? -87.0f : x;
+    const float round = 12582912.0f;                   // 1.5 * 2^23: adding it rounds to an integer
+    const vec k = (x * 1.44269504f + round) - round;
+    const vec r = x - k * 0.693145752f - k * 1.42860677e-06f;     // ln 2 in two parts: exact k ln 2
+    vec p = 1.0f / 720 + r * 0.0f;
+    for (float c : {1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f}) p = p * r + c;
+    const ivec bits = (__builtin_convertvector(k, ivec) + 127) << 23;
+    vec scale;
+    std::memcpy(&scale, &bits, sizeof scale);
+    return p * scale;
+}
 
 // Lane j of the result: the sum of the lanes of v[j] (16 vectors in, a butterfly of shuffles).
 static vec sum16(vec* v) {
@@ -32,36 +49,63 @@ static vec sum16(vec* v) {
     return v[0];
 }
 
-// One query head against keys `k[0..n)` and values `v[0..n)` (rows of the paged cache):
-// scores 16 keys at a time, a softmax, then out = p @ V. Rows are fetched ahead of use: the
-// blocks lie anywhere in memory, where the CPU's own prefetcher does not follow.
+// The `G` query heads of one KV head (GQA: they share its keys and values) against keys `k[0..n)`
+// and values `v[0..n)` (rows of the paged cache), each key and value read once for all of them:
+// scores 16 keys at a time, a softmax per head, then out = p @ V. Rows are fetched ahead of use:
+// the blocks lie anywhere in memory, where the CPU's own prefetcher does not follow.
+constexpr int MAX_GROUP = 8;                  // query heads per call; larger groups take more calls
 template <int D>
-static void attend(const float* q, const float* const* k, const float* const* v, int64_t n,
+static void attend(const float* q, int G, const float* const* k, const float* const* v, int64_t n,
                    float scale, float* s, float* out) {
-    vec qv[D / W], acc[2][D / W] = {};
-    for (int x = 0; x < D / W; ++x) qv[x] = load(q + x * W) * scale;
+    const int64_t stride = (n + W - 1) / W * W;              // head g's scores: s[g * stride...]
+    vec qv[MAX_GROUP][D / W], acc[MAX_GROUP][D / W] = {};
+    for (int g = 0; g < G; ++g)
+        for (int x = 0; x < D / W; ++x) qv[g][x] = load(q + g * D + x * W) * scale;
     for (int64_t j0 = 0; j0 < n; j0 += W) {                              // scores
-        vec part[W] = {};
+        vec part[MAX_GROUP][W] = {};
         const int64_t m = std::min<int64_t>(W, n - j0);
         for (int64_t j = 0; j < m; ++j) {
             if (j0 + j + W < n)                          // fetch the key 16 rows ahead
                 for (int x = 0; x < D; x += W) __builtin_prefetch(k[j0 + j + W] + x);
-            vec a = qv[0] * load(k[j0 + j]);
-            for (int x = 1; x < D / W; ++x) a += qv[x] * load(k[j0 + j] + x * W);
-            part[j] = a;
+            vec key[D / W];
+            for (int x = 0; x < D / W; ++x) key[x] = load(k[j0 + j] + x * W);
+            for (int g = 0; g < G; ++g) {
+                vec a = qv[g][0] * key[0];
+                for (int x = 1; x < D / W; ++x) a += qv[g][x] * key[x];
+                part[g][j] = a;
+            }
         }
-        const vec sums = sum16(part);
-        std::memcpy(s + j0, &sums, m * sizeof(float));
+        for (int g = 0; g < G; ++g) {
+            const vec sums = sum16(part[g]);
+            std::memcpy(s + g * stride + j0, &sums, m * sizeof(float));
+        }
     }
-    const float mx = *std::max_element(s, s + n);                        // softmax
-    float sum = 0.0f;
-    for (int64_t j = 0; j < n; ++j) sum += (s[j] = std::exp(s[j] - mx));
-    for (int64_t j = 0; j < n; ++j) {                                     // p @ V, two chains
+    float inv[MAX_GROUP];
+    for (int g = 0; g < G; ++g) {                                        // softmax
+        float* sg = s + g * stride;
+        const float mx = *std::max_element(sg, sg + n);
+        vec sums = {};
+        int64_t j = 0;
+        for (; j + W <= n; j += W) {                              // 16 exponentials at a time
+            const vec e = exp16(load(sg + j) - mx);
+            store(sg + j, e);
+            sums += e;
+        }
+        float sum = 0.0f;
+        for (int x = 0; x < W; ++x) sum += sums[x];
+        for (; j < n; ++j) sum += (sg[j] = std::exp(sg[j] - mx));
+        inv[g] = 1.0f / sum;
+    }
+    for (int64_t j = 0; j < n; ++j) {                                     // p @ V
         if (j + W < n)
             for (int x = 0; x < D; x += W) __builtin_prefetch(v[j + W] + x);
-        for (int x = 0; x < D / W; ++x) acc[j % 2][x] += s[j] * load(v[j] + x * W);
+        vec value[D / W];
+        for (int x = 0; x < D / W; ++x) value[x] = load(v[j] + x * W);
+        for (int g = 0; g < G; ++g)
+            for (int x = 0; x < D / W; ++x) acc[g][x] += s[g * stride + j] * value[x];
     }
-    for (int x = 0; x < D / W; ++x) store(out + x * W, (acc[0][x] + acc[1][x]) * (1.0f / sum));
+    for (int g = 0; g < G; ++g)
+        for (int x = 0; x < D / W; ++x) store(out + g * D + x * W, acc[g][x] * inv[g]);
 }
 
 extern "C" int cpu_attention_with_kv_cache(
@@ -95,17 +139,21 @@ extern "C" int cpu_attention_with_kv_cache(
             if (n <= 0) { std::fill(o, o + num_heads * head_dim, 0.0f); continue; }   // padding
             const int32_t* blocks = block_table + b * block_table_stride;
             rows.resize(2 * n);
-            scores.resize(n);
+            scores.resize(std::min<int64_t>(group, MAX_GROUP) * ((n + W - 1) / W * W));
             for (int64_t j = 0; j < n; ++j) {          // key j and value j of KV head 0
                 const int64_t slot = blocks[j / block_size] * 2 * block_size + j % block_size;
                 rows[j] = kv_cache + slot * token;
                 rows[n + j] = rows[j] + block_size * token;
             }
-            for (int64_t h = 0; h < num_heads; ++h) {  // query head h reads KV head h / group
-                if (h > 0 && h % group == 0)
+            for (int64_t kh = 0; kh < num_kv_heads; ++kh) {   // its query heads, a group at a time
+                if (kh > 0)
                     for (auto& row : rows) row += head_dim;
-                head(query + t * query_row_stride + h * head_dim, &rows[0], &rows[n], n, scale,
-                     scores.data(), o + h * head_dim);
+                for (int64_t g = 0; g < group; g += MAX_GROUP) {
+                    const int64_t h = kh * group + g;
+                    head(query + t * query_row_stride + h * head_dim,
+                         std::min<int64_t>(MAX_GROUP, group - g), &rows[0], &rows[n], n, scale,
+                         scores.data(), o + h * head_dim);
+                }
             }
         }
     }
