@@ -405,7 +405,8 @@ def aot_compiled(fn: Callable, module: nn.Module, example: tuple, inputs, cache:
     layout = tuple((n, p.shape, p.dtype, p.device) for n, p in module.named_parameters())
     key = (fn, type(module), layout, module_constants(module), inputs)
     if key not in _COMPILED:
-        name = repr((torch.__version__, fn.__module__, fn.__qualname__, *key[1:]))
+        # compiled C++ for this CPU (a cache folder shared by machines holds one file per CPU)
+        name = repr((torch.__version__, cpu_flags(), fn.__module__, fn.__qualname__, *key[1:]))
         digest = hashlib.sha256(name.encode()).hexdigest()[:16]
         # a notebook's own classes: compiled in this process only (their code has no file)
         path = None if fn.__module__ == "__main__" else (
