@@ -303,8 +303,8 @@ def main():
                 flush=True)
     if args.compare_tree:               # the same speeds of both checkouts, in child processes, interleaved
         best = {}
-        for _ in range(args.repeat):
-            for tree in (None, args.compare_tree):
+        for i in range(args.repeat):            # each checkout first in every other round
+            for tree in (None, args.compare_tree)[::-1 if i % 2 else 1]:
                 got = run_child(SPEED, [path], child_env(args.threads, None, tree), cwd=tree)
                 best[tree] = tuple(map(max, best.get(tree, got), got))
         (s1, b1, d1), (s0, b0, d0) = best[None], best[args.compare_tree]
