@@ -9,9 +9,6 @@ Usage: python bench/bench_cpu_attn_kernel.py --compare-tree OTHER_CHECKOUT [--re
 """
 import argparse
 import ast
-import ctypes
-import subprocess
-import tempfile
 import time
 from pathlib import Path
 
@@ -27,15 +24,6 @@ def source_of(tree: Path) -> str:
                 and getattr(node.targets[0], "id", None) == "CPU_ATTN_SOURCE")
 
 
-def build(source: str, folder: Path, name: str):
-    src, lib = folder / f"{name}.cpp", folder / f"{name}.so"
-    src.write_text(source)
-    subprocess.run(["g++", *cpu_attn.CPU_ATTN_FLAGS, str(src), "-o", str(lib)], check=True)
-    fn = ctypes.CDLL(str(lib)).cpu_attention_with_kv_cache
-    fn.argtypes, fn.restype = cpu_attn.CPU_ATTN_ARGTYPES["cpu_attention_with_kv_cache"], ctypes.c_int
-    return fn
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--compare-tree", type=Path, required=True)
@@ -47,29 +35,29 @@ def main():
     query = torch.randn(1, heads, dim)
     table = torch.randperm(blocks, dtype=torch.int32)[None].contiguous()
     starts = torch.tensor([0, 1], dtype=torch.int32)
-    with tempfile.TemporaryDirectory() as d:
-        kernels = {"this checkout": build(cpu_attn.CPU_ATTN_SOURCE, Path(d), "this"),
-                   str(args.compare_tree): build(source_of(args.compare_tree), Path(d), "other")}
-        print(f"one decode row, {heads} query heads over {kv_heads} KV heads, head size {dim}, 1 thread")
-        for n in (16, 150, 500, 1000):
-            seq_lens = torch.tensor([n], dtype=torch.int32)
-            calls, outs, times = {}, {}, {}
+    kernels = {name: cpu_attn.cpu_attn_library(source).cpu_attention_with_kv_cache   # as the engine builds it
+               for name, source in (("this checkout", cpu_attn.CPU_ATTN_SOURCE),
+                                    (str(args.compare_tree), source_of(args.compare_tree)))}
+    print(f"one decode row, {heads} query heads over {kv_heads} KV heads, head size {dim}, 1 thread")
+    for n in (16, 150, 500, 1000):
+        seq_lens = torch.tensor([n], dtype=torch.int32)
+        calls, outs, times = {}, {}, {}
+        for name, fn in kernels.items():
+            out = torch.empty_like(query)
+            calls[name] = (query.data_ptr(), query.stride(0), kv.data_ptr(), out.data_ptr(),
+                           starts.data_ptr(), seq_lens.data_ptr(), table.data_ptr(), blocks, 1, 1,
+                           heads, kv_heads, dim, block_size, dim ** -0.5, 1, 1)
+            fn(*calls[name])
+            outs[name], times[name] = out, []
+        for _ in range(args.repeat):                    # the two alternated, round by round
             for name, fn in kernels.items():
-                out = torch.empty_like(query)
-                calls[name] = (query.data_ptr(), query.stride(0), kv.data_ptr(), out.data_ptr(),
-                               starts.data_ptr(), seq_lens.data_ptr(), table.data_ptr(), blocks, 1, 1,
-                               heads, kv_heads, dim, block_size, dim ** -0.5, 1, 1)
-                fn(*calls[name])
-                outs[name], times[name] = out, []
-            for _ in range(args.repeat):                    # the two alternated, round by round
-                for name, fn in kernels.items():
-                    t = time.perf_counter()
-                    for _ in range(2000): fn(*calls[name])
-                    times[name].append((time.perf_counter() - t) / 2000 * 1e6)
-            new, old = (min(t) for t in times.values())
-            diff = (outs["this checkout"] - outs[str(args.compare_tree)]).abs().max().item()
-            print(f"{n:5d} keys: {new:7.2f} us against {old:7.2f} us ({old / new:.2f}x), "
-                  f"outputs differ by at most {diff:.1e}")
+                t = time.perf_counter()
+                for _ in range(2000): fn(*calls[name])
+                times[name].append((time.perf_counter() - t) / 2000 * 1e6)
+        new, old = (min(t) for t in times.values())
+        diff = (outs["this checkout"] - outs[str(args.compare_tree)]).abs().max().item()
+        print(f"{n:5d} keys: {new:7.2f} us against {old:7.2f} us ({old / new:.2f}x), "
+              f"outputs differ by at most {diff:.1e}")
 
 
 if __name__ == "__main__":

@@ -114,7 +114,7 @@ def test_triton_backend_layers_run_compiled_or_given_back_to_eager(tiny_paths_by
     assert [o.outputs[0].token_ids for o in llm.generate(batch, greedy, use_tqdm=False)] == want
 
 def test_failed_compile_warns_and_runs_eagerly(tiny_llama_path, monkeypatch, tmp_path):
-    "Without a working compiler (here: a torch.compile whose result raises) the model stays eager and correct."
+    "Without a working compiler (here: a torch.compile whose aot_compile raises) the model stays eager and correct."
     model = load_model(tiny_llama_path)
     model.bind_kv_caches(make_kv_caches(*model.kv_cache_spec(), 4, 16))
     with pytest.raises(RuntimeError, match="bind the KV caches"): compile_and_warm_up(load_model(

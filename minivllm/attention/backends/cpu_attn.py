@@ -202,24 +202,24 @@ def cpu_flags() -> str:
     lines = info.read_text().splitlines() if info.exists() else []
     return next((l for l in lines if l.startswith(("flags", "Features"))), platform.processor())
 
-def _build(cxx: str, path: Path):
-    "Compile `CPU_ATTN_SOURCE` into `path` (through a temporary file: builds at once don't clash)."
+def _build(cxx: str, path: Path, source: str):
+    "Compile `source` into `path` (through a temporary file: builds at once don't clash)."
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=path.parent) as d:
         src, lib = Path(d) / "cpu_attn.cpp", Path(d) / "cpu_attn.so"
-        src.write_text(CPU_ATTN_SOURCE)
+        src.write_text(source)
         subprocess.run([cxx, *CPU_ATTN_FLAGS, str(src), "-o", str(lib)], check=True,
                        capture_output=True, text=True)
         os.replace(lib, path)
 
 @functools.cache
-def cpu_attn_library():
+def cpu_attn_library(source: str = CPU_ATTN_SOURCE):
     "The kernels' library (`ctypes`), compiled once per source, compiler and CPU; None if not."
     cxx = os.environ.get("CXX", "g++")
-    key = "\n".join([CPU_ATTN_SOURCE, cxx, *CPU_ATTN_FLAGS, cpu_flags()])
+    key = "\n".join([source, cxx, *CPU_ATTN_FLAGS, cpu_flags()])
     path = cache_dir() / "cpu_attn" / f"cpu_attn-{hashlib.sha256(key.encode()).hexdigest()[:16]}.so"
     try:
-        if not path.exists(): _build(cxx, path)
+        if not path.exists(): _build(cxx, path, source)
         lib = ctypes.CDLL(str(path))
     except (OSError, subprocess.CalledProcessError) as e:
         detail = getattr(e, "stderr", None) or e
