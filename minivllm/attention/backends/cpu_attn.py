@@ -213,9 +213,9 @@ def _build(cxx: str, path: Path, source: str):
         os.replace(lib, path)
 
 @functools.cache
-def cpu_attn_library(source: str = CPU_ATTN_SOURCE):
-    "The kernels' library (`ctypes`), compiled once per source, compiler and CPU; None if not."
-    cxx = os.environ.get("CXX", "g++")
+def cpu_attn_library(source: str | None = None):
+    "The library of `source` (default `CPU_ATTN_SOURCE`), built once per compiler and CPU; or None."
+    source, cxx = source or CPU_ATTN_SOURCE, os.environ.get("CXX", "g++")
     key = "\n".join([source, cxx, *CPU_ATTN_FLAGS, cpu_flags()])
     path = cache_dir() / "cpu_attn" / f"cpu_attn-{hashlib.sha256(key.encode()).hexdigest()[:16]}.so"
     try:
