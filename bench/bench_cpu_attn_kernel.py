@@ -4,7 +4,9 @@ Builds the kernel library from this checkout's `CPU_ATTN_SOURCE` and from the on
 (e.g. `git worktree add /tmp/before HEAD~1`), then alternates the two on one decode row of SmolLM2's shape
 (9 query heads over 3 KV heads, head size 64, 16-token blocks in random order) at several lengths of
 history: microseconds a call (the best of `--repeat` rounds of 2000 calls), the ratio, and the largest
-difference between the two outputs. One thread (a single row runs on one). Run it alone.
+difference between the two outputs, on one thread. Then the same on caches as a model leaves them: 30
+layers' caches of 1024 blocks each, 48 MB written between two calls (the weights a model reads between two
+layers evict the cache's lines), at the machine's thread count, for 1, 4 and 32 decode rows. Run it alone.
 Usage: python bench/bench_cpu_attn_kernel.py --compare-tree OTHER_CHECKOUT [--repeat 5]
 """
 import argparse
@@ -57,6 +59,39 @@ def main():
         new, old = (min(t) for t in times.values())
         diff = (outs["this checkout"] - outs[str(args.compare_tree)]).abs().max().item()
         print(f"{n:5d} keys: {new:7.2f} us against {old:7.2f} us ({old / new:.2f}x), "
+              f"outputs differ by at most {diff:.1e}")
+    cold(kernels, args.repeat)
+
+
+def cold(kernels, repeat, layers=30, blocks=1024, block_size=16, heads=9, kv_heads=3, dim=64):
+    "Both kernels on decode rows whose KV lines are not in the CPU's caches: us a call, the best round."
+    threads = torch.get_num_threads()
+    print(f"decode rows on evicted caches ({layers} layers' caches, 48 MB written between calls), "
+          f"{threads} threads")
+    caches = [torch.randn(blocks, 2, block_size, kv_heads, dim) for _ in range(layers)]
+    evict = torch.zeros(48 * 2 ** 20 // 4)
+    for rows, n in ((1, 90), (1, 400), (4, 200), (32, 170)):
+        per_row = (n + block_size - 1) // block_size
+        table = torch.randperm(blocks, dtype=torch.int32)[:rows * per_row].view(rows, per_row).contiguous()
+        starts = torch.arange(rows + 1, dtype=torch.int32)
+        seq_lens = torch.full((rows,), n, dtype=torch.int32)
+        query = torch.randn(rows, heads, dim)
+        outs = {name: torch.empty_like(query) for name in kernels}
+        times = {name: float("inf") for name in kernels}
+        for _ in range(repeat):                            # the two alternated, round by round
+            for name, fn in kernels.items():
+                spent = 0.0
+                for cache in caches:
+                    evict.add_(1.0)
+                    t = time.perf_counter()
+                    fn(query.data_ptr(), query.stride(0), cache.data_ptr(), outs[name].data_ptr(),
+                       starts.data_ptr(), seq_lens.data_ptr(), table.data_ptr(), per_row, rows, rows,
+                       heads, kv_heads, dim, block_size, dim ** -0.5, 1, threads)
+                    spent += time.perf_counter() - t
+                times[name] = min(times[name], spent / layers * 1e6)
+        new, old = times.values()
+        diff = max((a - b).abs().max().item() for a, b in [tuple(outs.values())])
+        print(f"{rows:3d} rows of {n:3d} keys: {new:7.1f} us against {old:7.1f} us ({old / new:.2f}x), "
               f"outputs differ by at most {diff:.1e}")
 
 

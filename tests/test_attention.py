@@ -257,6 +257,25 @@ def test_cpu_kernel_leaves_other_rows_and_threads_agree():
 
 
 @KERNEL
+@pytest.mark.parametrize("rows,threads", [(1, 2), (2, 4), (3, 4), (1, 4)])
+def test_cpu_kernel_shares_a_rows_kv_heads_when_rows_are_fewer_than_threads(rows, threads):
+    "Fewer decode rows than threads: each row's KV heads are shared out; the rows equal one thread's and the reference."
+    query, key, value, cache, md = make_paged_batch([1] * rows + [7], [300 + 40 * i for i in range(rows)] + [20],
+                                                    num_kv_heads=3, qpk=3, head_dim=64, pad=1, seed=rows)
+    reshape_and_cache_ref(key, value, cache, md.slot_mapping)
+    ref = paged_attention_ref(query, cache, md, 0.125)
+    before, outs = torch.get_num_threads(), []
+    try:
+        for n in (1, threads):
+            torch.set_num_threads(n)
+            outs.append(cpu_attention_with_kv_cache(query, cache, md, 0.125, torch.full_like(query, 7.0)))
+    finally: torch.set_num_threads(before)
+    torch.testing.assert_close(outs[1][:rows], ref[:rows], atol=1e-5, rtol=1e-5)
+    assert (outs[1][rows:rows + 7] == 7.0).all() and (outs[1][rows + 7:] == 0).all()   # the 7-query request; padding
+    assert torch.equal(outs[0], outs[1])
+
+
+@KERNEL
 @settings(max_examples=30, deadline=None)
 @given(n=st.integers(0, 40), pad=st.integers(0, 3), hkv=st.integers(1, 4), d=st.sampled_from([16, 64, 80]),
        block_size=st.sampled_from([1, 16]), seed=st.integers(0, 1000))

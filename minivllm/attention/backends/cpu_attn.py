@@ -119,34 +119,47 @@ extern "C" int cpu_attention_with_kv_cache(
     if (head == nullptr) return 1;
     const int64_t group = num_heads / num_kv_heads, token = num_kv_heads * head_dim;
     std::vector<int64_t> seq_of(num_tokens, -1);       // a row's request; -1: padding
-    int64_t work = 0;                                  // keys read, to decide on threads
+    int64_t work = 0, mine = 0;                // keys read (to decide on threads), rows
     for (int64_t b = 0; b < num_seqs; ++b) {
         const int64_t q0 = query_start_loc[b], q1 = query_start_loc[b + 1];
         const bool here = q1 - q0 <= max_query_len;     // -2: another kernel's rows
         std::fill(seq_of.begin() + q0, seq_of.begin() + q1, here ? b : -2);
-        if (here) work += (q1 - q0) * seq_lens[b];
+        if (here) { work += (q1 - q0) * seq_lens[b]; mine += q1 - q0; }
     }
-    #pragma omp parallel num_threads(work * num_kv_heads > 4096 ? num_threads : 1)
+    // A work item: a row's KV heads, or a share of them where the rows are fewer than the threads
+    // (a single decode row would leave every core but one idle).
+    const int64_t threads = work * num_kv_heads > 256 ? num_threads : 1;
+    const int64_t per_item = std::max<int64_t>(1, num_kv_heads * mine / threads);
+    const int64_t items = (num_kv_heads + per_item - 1) / per_item;     // items per row
+    #pragma omp parallel num_threads(threads)
     {
         std::vector<float> scores;
-        std::vector<const float*> rows;                // the row's keys, then its values
+        std::vector<const float*> rows;                // the item's keys, then its values
         #pragma omp for schedule(dynamic, 1)
-        for (int64_t t = 0; t < num_tokens; ++t) {     // one query row, all its heads
-            const int64_t b = seq_of[t];
+        for (int64_t item = 0; item < num_tokens * items; ++item) {
+            const int64_t t = item / items, b = seq_of[t];
+            const int64_t kh0 = item % items * per_item;                // its KV heads [kh0, kh1)
+            const int64_t kh1 = std::min(num_kv_heads, kh0 + per_item);
             if (b == -2) continue;                                      // another kernel's row
             const int64_t n = b < 0 ? 0 : seq_lens[b] - query_start_loc[b + 1] + t + 1;  // causal
             float* o = out + t * num_heads * head_dim;
-            if (n <= 0) { std::fill(o, o + num_heads * head_dim, 0.0f); continue; }   // padding
+            if (n <= 0) {                                               // padding
+                std::fill(o + kh0 * group * head_dim, o + kh1 * group * head_dim, 0.0f);
+                continue;
+            }
             const int32_t* blocks = block_table + b * block_table_stride;
             rows.resize(2 * n);
             scores.resize(std::min<int64_t>(group, MAX_GROUP) * ((n + W - 1) / W * W));
-            for (int64_t j = 0; j < n; ++j) {          // key j and value j of KV head 0
+            for (int64_t j = 0; j < n; ++j) {          // key j and value j of KV head kh0
                 const int64_t slot = blocks[j / block_size] * 2 * block_size + j % block_size;
-                rows[j] = kv_cache + slot * token;
+                rows[j] = kv_cache + slot * token + kh0 * head_dim;
                 rows[n + j] = rows[j] + block_size * token;
             }
-            for (int64_t kh = 0; kh < num_kv_heads; ++kh) {   // its query heads, a group at a time
-                if (kh > 0)
+            for (int64_t j = 0; j < 2 * n; ++j)        // every line asked for before the first use
+                for (int64_t x = 0; x < (kh1 - kh0) * head_dim; x += W)
+                    __builtin_prefetch(rows[j] + x, 0, 2);
+            for (int64_t kh = kh0; kh < kh1; ++kh) {   // its query heads, a group at a time
+                if (kh > kh0)
                     for (auto& row : rows) row += head_dim;
                 for (int64_t g = 0; g < group; g += MAX_GROUP) {
                     const int64_t h = kh * group + g;
