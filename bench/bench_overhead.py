@@ -4,10 +4,10 @@ Builds a random Llama of SmolLM2-135M's 30 layers but of width 128 (2 query head
 256-token vocabulary: its products and attention take next to nothing) and runs the same single stream on both
 (128 greedy tokens after a 26-token prompt, the engine's defaults: compiled layers, the C++ attention kernel),
 each in a process of its own (two engines in one process slow each other), alternated, the best of `--repeat`
-rounds each. The narrow model's time is the floor that the calls around the
-kernels set, whatever the width: the engine's step, and per layer the compiled graph's call (its Python, its
-kernels' thread launches) and the attention op (its checks, the `ctypes` calls). Each model's token is split as
-`bench_cpu.py` splits it (timers around the calls, no profiler: they add a little). Run it alone.
+rounds each. The narrow model's time is the floor that the calls around the kernels set, whatever the width: the
+engine's step, and per layer the compiled graph's call (its Python, its kernels' thread launches) and the attention
+op (its checks, the `ctypes` calls). Then one more run of each is split as `bench_cpu.py` splits a token (timers
+around the calls, no profiler). Run it alone.
 Usage: python bench/bench_overhead.py [--repeat 3]
 """
 import argparse
