@@ -10,7 +10,8 @@ checks, the `ctypes` calls). Then one more run of each is split as `bench_cpu.py
 the calls, no profiler), and one more times a small eager op (a `[1, hidden]` tensor times 2) as the first thing
 the host runs after a step's layers, again right after it, and then in a loop: what the first call pays beyond
 the others is the host's code and data fetched again from memory, pushed out of the CPU's caches by what the
-step read (SmolLM2's 540 MB of weights stream through them; the narrow model's 12 MB fit in the last one). Run it alone.
+step read (SmolLM2's 540 MB of weights stream through them; the narrow model's 12 MB fit in the last one).
+Run it alone.
 Usage: python bench/bench_overhead.py [--repeat 3]
 """
 import argparse
@@ -34,21 +35,18 @@ def first_op_after_layers(llm, prompt, max_tokens=128):
     "Median us of a `[1, hidden]` multiply run first after each step's layers, of the same right after it, in a loop."
     norm = llm.model.model.norm                    # the model's final norm: eager, after the last layer
     probe = torch.ones(1, llm.model.config.hidden_size)
+    def multiply():
+        t = time.perf_counter()
+        probe * 2
+        return time.perf_counter() - t
     first, again = [], []
     def forward(*args, **kwargs):
-        for times in (first, again):
-            t = time.perf_counter()
-            probe * 2
-            times.append(time.perf_counter() - t)
+        first.append(multiply()); again.append(multiply())
         return type(norm).forward(norm, *args, **kwargs)
     norm.forward = forward
     try: minivllm_generate(llm, [prompt], max_tokens)
     finally: del norm.forward
-    looped = []
-    for _ in range(max_tokens):
-        t = time.perf_counter()
-        probe * 2
-        looped.append(time.perf_counter() - t)
+    looped = [multiply() for _ in range(max_tokens)]
     return [statistics.median(times) * 1e6 for times in (first, again, looped)]
 
 
