@@ -188,24 +188,38 @@ def product_name(c, n, k):
 
 def op_table(fn, c, peak):
     "torch.profiler over `fn()`: per product / attention / compiled graph: ms, share, GFLOP/s, % of peak."
-    from torch.profiler import ProfilerActivity, profile
-    t = time.perf_counter()
-    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
-        fn()
-    wall = (time.perf_counter() - t) * 1e3
+    from torch.profiler import ProfilerActivity, profile, record_function
+    from minivllm.model_executor.models import llama
+    kernel = llama.cpu_gemm
+    def named_cpu_gemm(x, panels, bias=None):             # our kernel's calls (ctypes) made visible
+        with record_function(f"cpu_gemm {x.shape[0]} {panels.shape[0] * panels.shape[2]} {x.shape[1]}"):
+            return kernel(x, panels, bias)
+    llama.cpu_gemm = named_cpu_gemm
+    try:
+        t = time.perf_counter()
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+            fn()
+        wall = (time.perf_counter() - t) * 1e3
+    finally:
+        llama.cpu_gemm = kernel
     rows = {}                                   # name -> [calls, ms, flops]
     def add(name, calls, us, flops):
         r = rows.setdefault(name, [0, 0.0, 0])
         r[0] += calls; r[1] += us / 1e3; r[2] += flops
+    def add_product(m, n, k, calls, us, kernel):
+        kind = "1 row" if m == 1 else f"{m} rows" if m <= 64 else ">64 rows"
+        add(f"{product_name(c, n, k)}, {kind}{kernel}", calls, us, 2 * m * n * k * calls)
     for e in prof.key_averages(group_by_input_shape=True):
         shapes = e.input_shapes
-        if e.key in ("mkldnn::_linear_pointwise", "aten::mm", "aten::addmm") and shapes:
+        if e.key.startswith("cpu_gemm "):
+            m, n, k = map(int, e.key.split()[1:])
+            add_product(m, n, k, e.count, e.cpu_time_total, " (ours)")
+        elif e.key in ("mkldnn::_linear_pointwise", "aten::mm", "aten::addmm") and shapes:
             a, b = (shapes[0], shapes[1]) if e.key != "aten::addmm" else (shapes[1], shapes[2])
             if len(a) != 2 or len(b) != 2: continue
             m, k = a
-            n = b[0] if e.key == "mkldnn::_linear_pointwise" else b[1]
-            kind = "1 row" if m == 1 else f"{m} rows" if m <= 64 else ">64 rows"
-            add(f"{product_name(c, n, k)}, {kind}", e.count, e.self_cpu_time_total, 2 * m * n * k * e.count)
+            add_product(m, b[0] if e.key == "mkldnn::_linear_pointwise" else b[1], k, e.count,
+                        e.self_cpu_time_total, "")
         elif e.key == "aten::scaled_dot_product_attention" and len(shapes) > 1 and len(shapes[0]) == 4:
             (hkv, b, mq, d), l = shapes[0], shapes[1][2]          # time with its children: the whole call
             add("attention (SDPA)", e.count, e.cpu_time_total, 4 * hkv * b * mq * d * l * e.count)

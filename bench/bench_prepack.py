@@ -1,8 +1,9 @@
-"""Decode steps with and without the oneDNN-packed weights, alternated in one process.
+"""Decode steps with and without the packed weight copies, alternated in one process.
 
 `load_model` keeps every float32 product weight also in oneDNN's packed layout (`process_weights_after_loading`,
-as vLLM does on a CPU). This loads the default model twice, drops the packed copies from one (its products of 2+
-rows then read the plain weights, as before the change), compiles both and alternates decode steps of 32 and of 1
+as vLLM does on a CPU) and, on an AVX-512 CPU, in our kernel's panels (`pack_panels`). This loads the default model
+twice, drops both packed copies from one (its products of 2+ rows then read the plain weights, as before either
+change), compiles both and alternates decode steps of 32 and of 1
 request (K/V to padding slots, as the warm-up's) between them: the median milliseconds per step of each, per round,
 and the ratio. Also prints how long packing the weights took, and checks that both models give the same logits.
 Run it alone: another process on the cores moves the times by more than the difference.
@@ -19,10 +20,11 @@ from minivllm.model_executor.models.llama import compile_and_warm_up, make_kv_ca
 
 
 def compiled_model(path, packed: bool):
-    "The default model, compiled, with or without its packed weight copies."
+    "The default model, compiled, with or without its packed weight copies (oneDNN's and our panels)."
     model = load_model(path)
     if not packed:
-        for module in model.modules(): vars(module).pop("packed_weight", None)
+        for module in model.modules():
+            for name in ("packed_weight", "panel_weight"): vars(module).pop(name, None)
     model.bind_kv_caches(make_kv_caches(*model.kv_cache_spec(), 16, 16))
     assert compile_and_warm_up(model)
     return model

@@ -1,4 +1,5 @@
-"""The CPU fast path: oneDNN products (on weights packed once after loading), the compiled decoder layer, and the engine that uses them by default.
+"""The CPU fast path: oneDNN products (on weights packed once after loading), our kernel for products of a few rows,
+the compiled decoder layer, and the engine that uses them by default.
 
 The equality tests against transformers (test_generate.py, test_model.py) already run through the compiled engine,
 since compiling is the CPU default; here: compiled equals eager on every step shape, two graphs of one layer serve every layer
@@ -9,13 +10,14 @@ import warnings
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import given, settings, strategies as st
 
 import minivllm.model_executor.models.llama as model_mod
 from minivllm.attention.selector import get_attn_backend
 from minivllm.worker.utils import make_attn_metadata
 from minivllm.entrypoints.llm import LLM
-from minivllm.model_executor.models.llama import (Linear, compile_and_warm_up, make_kv_caches,
-    unquantized_gemm)
+from minivllm.model_executor.models.llama import (CPU_GEMM_MAX_ROWS, Linear, compile_and_warm_up, cpu_gemm,
+    cpu_gemm_library, make_kv_caches, pack_panels, unquantized_gemm)
 from minivllm.forward_context import get_forward_context, set_forward_context
 from minivllm.model_executor.model_loader import load_model
 from minivllm.sampling_params import SamplingParams
@@ -43,6 +45,66 @@ def test_unquantized_gemm_equals_linear_eager_and_compiled(rows, bias, packed):
     torch.testing.assert_close(gemm(x), want, rtol=1e-5, atol=1e-5)
     compiled = torch.compile(gemm, fullgraph=True)
     torch.testing.assert_close(compiled(x), want, rtol=1e-5, atol=1e-5)
+
+
+OUR_KERNEL = pytest.mark.skipif(cpu_gemm_library() is None, reason="no AVX-512 or no C++ compiler")
+
+
+@OUR_KERNEL
+@settings(max_examples=60, deadline=None)
+@given(rows=st.integers(1, 40), panels=st.integers(1, 5), k=st.integers(1, 300), bias=st.booleans(),
+       pad=st.integers(0, 3), seed=st.integers(0, 2**16))
+def test_cpu_gemm_equals_float64_product(rows, panels, k, bias, pad, seed):
+    """Our kernel against the product in float64, for any rows (12 at a time, the last block shorter), any inputs,
+    with or without a bias, and rows of `x` further apart than `k` (a column slice of a wider tensor)."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, k + pad, generator=g)[:, pad:]
+    w, b = torch.randn(32 * panels, k, generator=g), torch.randn(32 * panels, generator=g)
+    want = x.double() @ w.double().T + (b.double() if bias else 0)
+    got = cpu_gemm(x, pack_panels(w), b if bias else None)
+    scale = x.double().abs() @ w.double().abs().T + (b.double().abs() if bias else 0)   # rounding's scale
+    assert got.dtype == torch.float32 and got.shape == want.shape
+    assert ((got.double() - want).abs() <= 1e-6 * scale + 1e-30).all()
+
+
+@OUR_KERNEL
+def test_products_of_a_few_rows_read_the_panels_and_more_rows_onednn():
+    """`unquantized_gemm` picks by rows when it runs: up to CPU_GEMM_MAX_ROWS rows read our panels (zeroed here, so
+    the product is 0), more rows oneDNN's packed copy; compiled, one graph traced on 2 rows makes the same choice
+    for every later row count (no guard on the rows), and a one-row compiled product streams the plain weight."""
+    layer = Linear(64, 96).requires_grad_(False)
+    model_mod.dispatch_cpu_unquantized_gemm(layer)
+    layer.panel_weight.zero_()
+    gemm = lambda x: unquantized_gemm(x, layer.weight, layer.bias, layer.packed_weight, layer.panel_weight)
+    compiled = torch.compile(gemm, fullgraph=True, dynamic=True)
+    for rows in (2, 5, CPU_GEMM_MAX_ROWS, CPU_GEMM_MAX_ROWS + 1, 300):
+        x = torch.randn(rows, 64)
+        want = F.linear(x, layer.weight, layer.bias) if rows > CPU_GEMM_MAX_ROWS else layer.bias.expand(rows, 96)
+        torch.testing.assert_close(gemm(x), want, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(compiled(x), want, rtol=1e-5, atol=1e-5)
+    x = torch.randn(1, 64)
+    torch.testing.assert_close(torch.compile(gemm, fullgraph=True)(x), F.linear(x, layer.weight, layer.bias))
+
+
+def test_no_panels_without_our_kernel_or_whole_panels(monkeypatch):
+    "Weights whose outputs are not whole panels of 32, or any weight where the kernel is not built: oneDNN alone."
+    odd = Linear(64, 48)
+    model_mod.dispatch_cpu_unquantized_gemm(odd)
+    assert odd.packed_weight is not None and odd.panel_weight is None
+    monkeypatch.setattr(model_mod, "cpu_gemm_library", lambda: None)
+    layer = Linear(64, 64)
+    model_mod.dispatch_cpu_unquantized_gemm(layer)
+    assert layer.packed_weight is not None and layer.panel_weight is None
+    x = torch.randn(3, 64)
+    torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)
+
+
+@OUR_KERNEL
+def test_cpu_gemm_rejects_what_it_cannot_read():
+    panels = pack_panels(torch.randn(32, 8))
+    for x, p in [(torch.randn(2, 8, dtype=torch.float64), panels), (torch.randn(2, 9), panels),
+                 (torch.randn(2, 8), panels.transpose(0, 1))]:
+        with pytest.raises(ValueError, match="float32 CPU tensors"): cpu_gemm(x, p)
 
 
 def test_linear_keeps_nn_linear_parameters_and_other_dtypes():

@@ -1,6 +1,6 @@
 """A Llama-family decoder (Llama, SmolLM2, Qwen2, Qwen3) over the paged KV cache, loading Hugging Face safetensors."""
-__all__ = ['onednn_linear', 'ONEDNN', 'PREPACK', 'layer_attention_op', 'ARCHITECTURES', 'get_head_dim', 'rope_parameters', 'RMSNorm', 'rope_inv_freq', 'apply_rope', 'RotaryEmbedding', 'register_op', 'unquantized_gemm', 'dispatch_cpu_unquantized_gemm', 'Linear', 'LlamaMLP', 'layer_attention', 'LlamaAttention', 'make_kv_caches', 'LlamaDecoderLayer', 'LlamaModel', 'LlamaForCausalLM', 'padding_decode_metadata', 'trust_known_vec_isa', 'module_constants', 'traced_sources_unchanged', 'load_or_aot_compile', 'aot_compiled', 'layer_example', 'by_rows', 'compile_and_warm_up', 'rms_norm_triton', 'rope_triton']
-import hashlib, inspect, math, os, platform, sys, types, warnings
+__all__ = ['CPU_GEMM_SOURCE', 'CPU_GEMM_PANEL', 'CPU_GEMM_MAX_ROWS', 'CPU_GEMM_ARGTYPES', 'cpu_linear', 'ONEDNN', 'PREPACK', 'layer_attention_op', 'ARCHITECTURES', 'get_head_dim', 'rope_parameters', 'RMSNorm', 'rope_inv_freq', 'apply_rope', 'RotaryEmbedding', 'cpu_gemm_library', 'pack_panels', 'cpu_gemm', 'register_op', 'unquantized_gemm', 'dispatch_cpu_unquantized_gemm', 'Linear', 'LlamaMLP', 'layer_attention', 'LlamaAttention', 'make_kv_caches', 'LlamaDecoderLayer', 'LlamaModel', 'LlamaForCausalLM', 'padding_decode_metadata', 'trust_known_vec_isa', 'module_constants', 'traced_sources_unchanged', 'load_or_aot_compile', 'aot_compiled', 'layer_example', 'by_rows', 'compile_and_warm_up', 'rms_norm_triton', 'rope_triton']
+import ctypes, functools, hashlib, inspect, math, os, platform, sys, types, warnings
 from pathlib import Path
 from typing import Callable
 import torch
@@ -9,7 +9,7 @@ from torch import nn
 from fastcore.basics import patch
 from tqdm import tqdm
 from ...attention.backends.triton_attn import AttentionMetadata, PAD_SLOT_ID, _on_device
-from ...attention.backends.cpu_attn import cpu_flags
+from ...attention.backends.cpu_attn import build_cpu_library, cpu_flags
 from ...forward_context import get_forward_context, set_forward_context
 import triton
 import triton.language as tl
@@ -66,29 +66,47 @@ class RotaryEmbedding(nn.Module):
     def forward(self, positions):
         """`(cos, sin)`, each `[num_tokens, 1, head_dim // 2]`, for a flat batch of `positions`."""
         ...
+CPU_GEMM_SOURCE = '\n// out = x @ W.T (+ bias) for a few rows of x, float32, W packed in panels of 32 outputs:\n// panels[p][k][j] = W[32 p + j][k], each panel one contiguous run of memory; N a multiple of 32.\n#include <algorithm>\n#include <cstdint>\n#include <cstring>\n\nconstexpr int W = 16, NV = 2, PANEL = NV * W;   // a panel\'s row: two vectors of 16 floats\nconstexpr int MR = 12;                          // rows at a time: 24 accumulators in registers\ntypedef float vec __attribute__((vector_size(W * sizeof(float))));\nstatic vec load(const float* p) { vec v; std::memcpy(&v, p, sizeof v); return v; }\nstatic void store(float* p, vec v) { std::memcpy(p, &v, sizeof v); }\n\n// R rows of x times one panel. Along the way it asks for `n` k-rows of the next panel\n// (`ahead`), one every `every` steps, so that the next panel\'s lines arrive while this one\n// computes: reading each weight once from memory then costs no waiting.\ntemplate <int R>\nstatic void tile(const float* x, int64_t xs, const float* panel, const float* bias, int64_t K,\n                 const float* ahead, int64_t n, int64_t every, float* out, int64_t os) {\n    vec acc[R][NV];\n    for (int r = 0; r < R; ++r)\n        for (int v = 0; v < NV; ++v) acc[r][v] = bias ? load(bias + v * W) : vec{};\n    for (int64_t k = 0, wait = 0; k < K; ++k) {\n        if (wait-- == 0 && n-- > 0) {               // a k-row of the next panel, every `every` steps\n            for (int v = 0; v < NV; ++v) __builtin_prefetch(ahead + v * W, 0, 2);\n            ahead += PANEL;\n            wait = every - 1;\n        }\n        vec b[NV];\n        for (int v = 0; v < NV; ++v) b[v] = load(panel + k * PANEL + v * W);\n        for (int r = 0; r < R; ++r) {\n            const float a = x[r * xs + k];\n            for (int v = 0; v < NV; ++v) acc[r][v] += a * b[v];\n        }\n    }\n    for (int r = 0; r < R; ++r)\n        for (int v = 0; v < NV; ++v) store(out + r * os + v * W, acc[r][v]);\n}\n\ntypedef void (*tile_fn)(const float*, int64_t, const float*, const float*, int64_t, const float*,\n                        int64_t, int64_t, float*, int64_t);\nstatic constexpr tile_fn TILES[] = {nullptr, tile<1>, tile<2>, tile<3>, tile<4>, tile<5>, tile<6>,\n                                    tile<7>, tile<8>, tile<9>, tile<10>, tile<11>, tile<12>};\n\nextern "C" int cpu_gemm(const float* x, int64_t x_row_stride, const float* panels,\n                        const float* bias, float* out, int64_t M, int64_t N, int64_t K,\n                        int64_t threads) {\n    if (M <= 0) return 0;\n    const int64_t num_panels = N / PANEL;\n    const int64_t blocks = (M + MR - 1) / MR, rows = (M + blocks - 1) / blocks;   // even blocks\n    #pragma omp parallel for schedule(static) num_threads(threads)\n    for (int64_t p = 0; p < num_panels; ++p) {     // each thread: a contiguous run of panels\n        const float* panel = panels + p * K * PANEL;\n        const float* next = p + 1 < num_panels ? panel + K * PANEL : nullptr;\n        for (int64_t r0 = 0, b = 0; r0 < M; r0 += rows, ++b) {\n            // block b asks for its share of the next panel\'s k-rows: [k0, k1), spread over K\n            const int64_t k0 = next ? b * K / blocks : 0, k1 = next ? (b + 1) * K / blocks : 0;\n            const int64_t n = k1 - k0, every = n > 0 ? (K + n - 1) / n : K + 1;\n            TILES[std::min(rows, M - r0)](x + r0 * x_row_stride, x_row_stride, panel,\n                                           bias ? bias + p * PANEL : nullptr, K,\n                                           next + k0 * PANEL, n, every,\n                                           out + r0 * N + p * PANEL, N);\n        }\n    }\n    return 0;\n}\n'
+CPU_GEMM_PANEL = 32
+CPU_GEMM_MAX_ROWS = 128
+CPU_GEMM_ARGTYPES = {'cpu_gemm': [ctypes.c_void_p, ctypes.c_int64, *[ctypes.c_void_p] * 3, *[ctypes.c_int64] * 4]}
+
+@functools.cache
+def cpu_gemm_library():
+    """Our kernel for a few rows, built once per compiler and CPU; None without AVX-512 or compiler."""
+    ...
+
+def pack_panels(weight: torch.Tensor) -> torch.Tensor:
+    """A `[N, K]` weight as `[N / 32, K, 32]`: panel p holds outputs 32p..32p+31, k after k."""
+    ...
+
+def cpu_gemm(x: torch.Tensor, panels: torch.Tensor, bias: torch.Tensor | None=None):
+    """`x @ W.T (+ bias)` by our kernel, from W's `pack_panels`: float32 on a CPU, any rows."""
+    ...
 _ops = torch.library.Library('minivllm', 'FRAGMENT')
 
 def register_op(name: str, schema: str, impl, fake):
     """`impl` as the op `torch.ops.minivllm.<name>`: compiled graphs call it without looking inside."""
     ...
 
-def _onednn_linear(x, weight, bias):
+def _cpu_linear(x, weight, panels, bias):
+    """`x @ weight.T + bias`: our kernel (above) on `panels` for a few rows, else oneDNN."""
     ...
-onednn_linear = register_op('onednn_linear', '(Tensor x, Tensor weight, Tensor? bias) -> Tensor', _onednn_linear, lambda x, weight, bias: x.new_empty(*x.shape[:-1], weight.shape[0]))
+cpu_linear = register_op('cpu_linear', '(Tensor x, Tensor weight, Tensor? panels, Tensor? bias) -> Tensor', _cpu_linear, lambda x, weight, panels, bias: x.new_empty(*x.shape[:-1], weight.shape[0]))
 ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, '_linear_pointwise')
 PREPACK = ONEDNN and hasattr(torch.ops.mkldnn, '_reorder_linear_weight')
 
-def unquantized_gemm(x, weight, bias=None, packed_weight=None):
-    """vLLM's `dispatch_unquantized_gemm`: float32 on a CPU goes to oneDNN, the rest to `F.linear`."""
+def unquantized_gemm(x, weight, bias=None, packed_weight=None, panel_weight=None):
+    """vLLM's `dispatch_unquantized_gemm`: float32 on a CPU to oneDNN (or ours), the rest to `F.linear`."""
     ...
 
 def dispatch_cpu_unquantized_gemm(layer: nn.Module):
-    """vLLM's: a float32 CPU weight gets a copy in oneDNN's packed layout, `layer.packed_weight`."""
+    """vLLM's: a float32 CPU weight gets a copy in oneDNN's packed layout (and one in our panels)."""
     ...
 
 class Linear(nn.Linear):
     """`nn.Linear` whose product goes through `unquantized_gemm` (vLLM's `UnquantizedLinearMethod`)."""
-    packed_weight = None
+    packed_weight = panel_weight = None
 
     def forward(self, x):
         ...
