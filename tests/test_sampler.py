@@ -8,7 +8,7 @@ from hypothesis import assume, given, settings, strategies as st
 
 from minivllm.worker.gpu_input_batch import CachedRequestState, InputBatch
 from minivllm.sampling_params import SamplingParams
-from minivllm.sample.sampler import (Sampler, SamplingMetadata, apply_min_p, apply_penalties,
+from minivllm.sample.sampler import (Sampler, SamplingMetadata, apply_min_p, apply_penalties, argmax_rows,
     apply_top_k_top_p, gather_logprobs, make_sampling_metadata)
 from minivllm.testing.sync import NoScalarReads
 
@@ -275,3 +275,13 @@ def test_sampler_reads_no_device_scalar():
     with NoScalarReads():
         out = Sampler()(torch.randn(4, 50), md)
     assert out.sampled_token_ids.shape == (4,)
+
+
+@SETTINGS
+@given(rows=st.lists(st.lists(st.sampled_from([0.0, 1.0, 2.5, -3.0, float("inf"), -float("inf"), float("nan")]),
+                              min_size=1, max_size=12), min_size=1, max_size=6).filter(
+           lambda rows: len({len(r) for r in rows}) == 1))
+def test_argmax_rows_is_argmax(rows):
+    "Through `max`, the same index as `argmax` on ties, infinities and NaN (the sampler's greedy and race)."
+    x = torch.tensor(rows)
+    assert torch.equal(argmax_rows(x), x.argmax(-1))

@@ -11,7 +11,7 @@ from ..utils.torch_utils import to_device
 if TYPE_CHECKING:
     from minivllm.worker.gpu_input_batch import InputBatch
 from ..core.sched.output import LogprobsLists
-__all__ = ['SamplingMetadata', 'make_sampling_metadata', 'apply_min_tokens', 'logits_processor_rows', 'apply_allowed_token_ids', 'apply_bad_words', 'apply_logit_bias', 'apply_penalties', 'apply_min_p', 'apply_top_k_top_p', 'random_sample', 'LogprobsTensors', 'gather_logprobs', 'SamplerOutput', 'Sampler']
+__all__ = ['SamplingMetadata', 'make_sampling_metadata', 'apply_min_tokens', 'logits_processor_rows', 'apply_allowed_token_ids', 'apply_bad_words', 'apply_logit_bias', 'apply_penalties', 'apply_min_p', 'apply_top_k_top_p', 'argmax_rows', 'random_sample', 'LogprobsTensors', 'gather_logprobs', 'SamplerOutput', 'Sampler']
 _GREEDY_EPS = 1e-05
 
 @dataclass
@@ -95,6 +95,10 @@ def _top_k_only(logits: torch.Tensor, k: torch.Tensor, max_top_k: int) -> torch.
 
 def apply_top_k_top_p(logits: torch.Tensor, k: torch.Tensor | None, p: torch.Tensor | None, max_top_k: int | None=None) -> torch.Tensor:
     """Mask logits outside each row's top-k and top-p sets (vLLM `apply_top_k_top_p`)."""
+    ...
+
+def argmax_rows(x: torch.Tensor) -> torch.Tensor:
+    """`x.argmax(-1)`: each row's first largest entry (NaN counting as largest), through `max`."""
     ...
 
 def random_sample(probs: torch.Tensor, generators: dict[int, torch.Generator]) -> torch.Tensor:
