@@ -4,7 +4,7 @@
 
 # %% ../../nbs/24_async_llm.ipynb #ffc64b16
 from __future__ import annotations
-import asyncio, atexit, concurrent.futures, itertools, logging, math, multiprocessing, pickle
+import asyncio, atexit, concurrent.futures, gc, itertools, logging, math, multiprocessing, pickle
 import queue
 import shutil, signal, tempfile, threading, time, traceback, uuid
 from dataclasses import asdict, fields, replace
@@ -309,6 +309,9 @@ def make_engine_core(engine_args: EngineArgs, eos_token_id: int | None = None,
                      record_timeline: bool = False) -> EngineCore:
     "The engine process's `EngineCore` (`build_engine_core`), with a timeline recorder when asked."
     core = build_engine_core(engine_args, eos_token_id)
+    # vLLM's freeze_gc_heap, in the engine's own process: start-up objects leave the collector's
+    # generations (shorter pauses). Not in LLM's: frozen, an engine's cycles would outlive it there.
+    gc.collect(); gc.freeze()
     if record_timeline:
         from minivllm.timeline import TimelineRecorder
         label = f"{core.info.device}, {core.info.model_name}"

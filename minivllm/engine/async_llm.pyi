@@ -1,6 +1,6 @@
 """Requests reach the scheduler through ZMQ: a front end tokenises and streams, `EngineCoreProc` runs `run_busy_loop` in another process."""
 from __future__ import annotations
-import asyncio, atexit, concurrent.futures, itertools, logging, math, multiprocessing, pickle
+import asyncio, atexit, concurrent.futures, gc, itertools, logging, math, multiprocessing, pickle
 import queue
 import shutil, signal, tempfile, threading, time, traceback, uuid
 from dataclasses import asdict, fields, replace

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/21_engine_core.ipynb #2e352c25
 from __future__ import annotations
-import gc, json, time
+import json, time
 from collections import deque
 import contextlib
 from fastcore.basics import patch
@@ -288,7 +288,6 @@ def build_engine_core(args: EngineArgs, eos_token_id: int | None = None) -> Engi
                       max_model_len=max_model_len, vocab_size=model.config.vocab_size,
                       eos_token_id=eos_token_id, num_gpu_blocks=num_blocks,
                       block_size=args.block_size)
-    gc.collect(); gc.freeze()   # vLLM: start-up objects leave the collector's generations
     executor = UniProcExecutor(runner) if args.async_scheduling else runner   # chapter 06
     return EngineCore(scheduler, executor, info=info)
 

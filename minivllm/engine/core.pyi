@@ -1,6 +1,6 @@
 """One engine step is schedule, execute, update; `EngineArgs` says how the engine is built."""
 from __future__ import annotations
-import gc, json, time
+import json, time
 from collections import deque
 import contextlib
 from fastcore.basics import patch

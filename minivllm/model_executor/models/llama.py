@@ -9,11 +9,11 @@ __all__ = ['CPU_GEMM_SOURCE', 'CPU_GEMM_PANEL', 'CPU_GEMM_MAX_ROWS', 'CPU_GEMM_A
            'unquantized_gemm', 'dispatch_cpu_unquantized_gemm', 'Linear', 'LlamaMLP', 'layer_attention',
            'LlamaAttention', 'make_kv_caches', 'LlamaDecoderLayer', 'LlamaModel', 'LlamaForCausalLM',
            'padding_decode_metadata', 'trust_known_vec_isa', 'module_constants', 'traced_sources_unchanged',
-           'load_or_aot_compile', 'aot_compiled', 'layer_example', 'by_rows', 'bind_weakly', 'compile_and_warm_up',
-           'rms_norm_triton', 'rope_triton']
+           'load_or_aot_compile', 'aot_compiled', 'layer_example', 'by_rows', 'compile_and_warm_up', 'rms_norm_triton',
+           'rope_triton']
 
 # %% ../../../nbs/13_model.ipynb #f11da485
-import ctypes, functools, hashlib, inspect, math, os, platform, sys, warnings, weakref
+import ctypes, functools, hashlib, inspect, math, os, platform, sys, types, warnings
 from pathlib import Path
 from typing import Callable
 import torch
@@ -198,7 +198,7 @@ extern "C" int cpu_gemm(const float* x, int64_t x_row_stride, const float* panel
 """
 
 CPU_GEMM_PANEL = 32        # outputs per panel: a panel's row is two 16-float vectors
-CPU_GEMM_MAX_ROWS = 128    # more rows go to oneDNN (the table above)
+CPU_GEMM_MAX_ROWS = 128    # more rows go to oneDNN (measured below)
 CPU_GEMM_ARGTYPES = {"cpu_gemm": [ctypes.c_void_p, ctypes.c_int64, *[ctypes.c_void_p] * 3,
                                   *[ctypes.c_int64] * 4]}
 
@@ -542,13 +542,6 @@ def by_rows(one_row: Callable, more_rows: Callable) -> Callable:
     forward.one_row, forward.more_rows = one_row, more_rows
     return forward
 
-def bind_weakly(fn: Callable, obj) -> Callable:
-    "`fn` as a method of `obj` that does not keep `obj` alive (stored on `obj`, a bound method would)."
-    ref = weakref.ref(obj)
-    def method(*args, **kwargs): return fn(ref(), *args, **kwargs)
-    method.__func__ = fn
-    return method
-
 def compile_and_warm_up(model: LlamaForCausalLM, cache: Path | None = None) -> bool:
     "Compile (or load) one decoder layer, shared by all layers, and one-row logits; `False` if not."
     if not model.kv_caches: raise RuntimeError("bind the KV caches before compile_and_warm_up()")
@@ -574,9 +567,9 @@ def compile_and_warm_up(model: LlamaForCausalLM, cache: Path | None = None) -> b
         return False
     one_row, more_rows, one_row_logits = compiled
     forward = by_rows(one_row, more_rows)
-    for each in inner.layers: each.forward = bind_weakly(forward, each)
+    for each in inner.layers: each.forward = types.MethodType(forward, each)
     # more rows call oneDNN eagerly, as a graph would: only one row has a compiled copy
-    model.compute_logits = bind_weakly(by_rows(one_row_logits, logits), model)
+    model.compute_logits = types.MethodType(by_rows(one_row_logits, logits), model)
     inner.regional = True          # the first layer gets a zero residual: the graphs expect one
     return True
 

@@ -1,6 +1,6 @@
 """A Llama-family decoder (Llama, SmolLM2, Qwen2, Qwen3) over the paged KV cache, loading Hugging Face safetensors."""
-__all__ = ['CPU_GEMM_SOURCE', 'CPU_GEMM_PANEL', 'CPU_GEMM_MAX_ROWS', 'CPU_GEMM_ARGTYPES', 'cpu_linear', 'ONEDNN', 'PREPACK', 'layer_attention_op', 'ARCHITECTURES', 'get_head_dim', 'rope_parameters', 'RMSNorm', 'rope_inv_freq', 'apply_rope', 'RotaryEmbedding', 'cpu_gemm_library', 'pack_panels', 'cpu_gemm', 'register_op', 'unquantized_gemm', 'dispatch_cpu_unquantized_gemm', 'Linear', 'LlamaMLP', 'layer_attention', 'LlamaAttention', 'make_kv_caches', 'LlamaDecoderLayer', 'LlamaModel', 'LlamaForCausalLM', 'padding_decode_metadata', 'trust_known_vec_isa', 'module_constants', 'traced_sources_unchanged', 'load_or_aot_compile', 'aot_compiled', 'layer_example', 'by_rows', 'bind_weakly', 'compile_and_warm_up', 'rms_norm_triton', 'rope_triton']
-import ctypes, functools, hashlib, inspect, math, os, platform, sys, warnings, weakref
+__all__ = ['CPU_GEMM_SOURCE', 'CPU_GEMM_PANEL', 'CPU_GEMM_MAX_ROWS', 'CPU_GEMM_ARGTYPES', 'cpu_linear', 'ONEDNN', 'PREPACK', 'layer_attention_op', 'ARCHITECTURES', 'get_head_dim', 'rope_parameters', 'RMSNorm', 'rope_inv_freq', 'apply_rope', 'RotaryEmbedding', 'cpu_gemm_library', 'pack_panels', 'cpu_gemm', 'register_op', 'unquantized_gemm', 'dispatch_cpu_unquantized_gemm', 'Linear', 'LlamaMLP', 'layer_attention', 'LlamaAttention', 'make_kv_caches', 'LlamaDecoderLayer', 'LlamaModel', 'LlamaForCausalLM', 'padding_decode_metadata', 'trust_known_vec_isa', 'module_constants', 'traced_sources_unchanged', 'load_or_aot_compile', 'aot_compiled', 'layer_example', 'by_rows', 'compile_and_warm_up', 'rms_norm_triton', 'rope_triton']
+import ctypes, functools, hashlib, inspect, math, os, platform, sys, types, warnings
 from pathlib import Path
 from typing import Callable
 import torch
@@ -214,10 +214,6 @@ def layer_example(model: LlamaForCausalLM, rows: int) -> tuple:
 
 def by_rows(one_row: Callable, more_rows: Callable) -> Callable:
     """A method calling `one_row` for an input (the first argument) of one row, else `more_rows`."""
-    ...
-
-def bind_weakly(fn: Callable, obj) -> Callable:
-    """`fn` as a method of `obj` that does not keep `obj` alive (stored on `obj`, a bound method would)."""
     ...
 
 def compile_and_warm_up(model: LlamaForCausalLM, cache: Path | None=None) -> bool:
