@@ -361,7 +361,20 @@ def test_llm_options_with_vllms_names(tiny_gen_path):
               tokenizer=str(tiny_gen_path), trust_remote_code=False, max_logprobs=2)
     assert llm.cache_config.num_gpu_blocks == 16
     with pytest.raises(ValueError, match="max allowed: 2"): llm.generate([[1]], SamplingParams(logprobs=3))
-    assert gc.get_freeze_count() > 0                                         # vLLM freezes after start-up
+
+
+def test_only_the_engine_process_freezes_the_heap(tiny_gen_path):
+    """vLLM freezes the start-up heap (freeze_gc_heap) where its engine core has a process of its own: ours in
+    make_engine_core (the AsyncLLM / serve engine process), not in LLM's process, where a later engine would
+    freeze an earlier one's reference cycles for good (tests/test_compile.py checks that memory)."""
+    from minivllm.engine.async_llm import make_engine_core
+    gc.unfreeze()                                          # whatever another test in this worker froze
+    args = dict(num_gpu_blocks_override=16, max_model_len=64, enforce_eager=True)
+    LLM(tiny_gen_path, **args)
+    assert gc.get_freeze_count() == 0
+    make_engine_core(EngineArgs(model=str(tiny_gen_path), **args))
+    try: assert gc.get_freeze_count() > 0
+    finally: gc.unfreeze()
 
 
 def test_reset_prefix_cache(tiny_gen_llm_eager):
