@@ -1,4 +1,4 @@
-"""The linear layers' products on a CPU: PyTorch's `F.linear` (MKL) against oneDNN, plain or packed, our kernel and the compiled loop.
+"""The linear layers' products on a CPU: `F.linear` (MKL), oneDNN plain or packed, our kernel and the compiled loop.
 
 Weights shaped like SmolLM2-135M's 30 layers (qkv 960x576, o 576x576, gate_up 3072x576, down 576x1536, float32,
 about 425 MB, more than any cache), each multiplied by an input of M rows, for M from 1 (a decode of one request) to
@@ -6,7 +6,8 @@ about 425 MB, more than any cache), each multiplied by an input of M rows, for M
 second and oneDNN's speed-up over `F.linear`; then oneDNN on the weights packed once in its own layout (as
 `dispatch_cpu_unquantized_gemm` packs them, vLLM's), in GFLOP/s, and its speed-up over the plain weights; then,
 where it builds (AVX-512), our kernel on the same weights in its panels (`cpu_gemm`, which the engine uses for up to
-`CPU_GEMM_MAX_ROWS` rows) and its speed-up over oneDNN's packed product; all measured in the same run. With `--compile` also the one-row product written as `(weight * x).sum(-1)` under
+`CPU_GEMM_MAX_ROWS` rows) and its speed-up over oneDNN's packed product; all measured in the same run. With
+`--compile` also the one-row product written as `(weight * x).sum(-1)` under
 `torch.compile` (the branch `unquantized_gemm` takes inside a compiled graph), all in one compiled graph.
 
     python bench/bench_gemm.py [--threads N] [--rows 1 2 4 8 32 64 128 256] [--compile]

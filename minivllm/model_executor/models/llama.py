@@ -152,7 +152,7 @@ static void tile(const float* x, int64_t xs, const float* panel, const float* bi
     for (int r = 0; r < R; ++r)
         for (int v = 0; v < NV; ++v) acc[r][v] = bias ? load(bias + v * W) : vec{};
     for (int64_t k = 0, wait = 0; k < K; ++k) {
-        if (wait-- == 0 && n-- > 0) {               // a k-row of the next panel, every `every` steps
+        if (wait-- == 0 && n-- > 0) {          // a k-row of the next panel, every `every` steps
             for (int v = 0; v < NV; ++v) __builtin_prefetch(ahead + v * W, 0, 2);
             ahead += PANEL;
             wait = every - 1;
@@ -198,7 +198,7 @@ extern "C" int cpu_gemm(const float* x, int64_t x_row_stride, const float* panel
 """
 
 CPU_GEMM_PANEL = 32        # outputs per panel: a panel's row is two 16-float vectors
-CPU_GEMM_MAX_ROWS = 128    # more rows go to oneDNN (measured below)
+CPU_GEMM_MAX_ROWS = 128    # more rows go to oneDNN (the table above)
 CPU_GEMM_ARGTYPES = {"cpu_gemm": [ctypes.c_void_p, ctypes.c_int64, *[ctypes.c_void_p] * 3,
                                   *[ctypes.c_int64] * 4]}
 
@@ -256,7 +256,7 @@ ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_li
 PREPACK = ONEDNN and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
 
 def unquantized_gemm(x, weight, bias=None, packed_weight=None, panel_weight=None):
-    "vLLM's `dispatch_unquantized_gemm`: float32 on a CPU to oneDNN (or ours), the rest to `F.linear`."
+    "vLLM's `dispatch_unquantized_gemm`: float32 on a CPU to oneDNN or ours, else `F.linear`."
     if x.device.type != "cpu" or x.dtype != torch.float32 or not ONEDNN:
         return F.linear(x, weight, bias)
     if torch.compiler.is_compiling() and x.shape[0] == 1:   # one row, compiled: one streamed pass
