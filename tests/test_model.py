@@ -1,6 +1,7 @@
 """The Llama-family model: same weights as transformers give the same logits (tiny Llama, Qwen2, Qwen3 and the
 embedded SmolLM2), running in pieces through the paged KV cache equals one full forward, bad folders fail clearly."""
 import json
+import os
 import shutil
 from types import SimpleNamespace
 
@@ -12,7 +13,8 @@ from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from minivllm.worker.utils import make_attn_metadata
 from minivllm.envs import cache_dir
-from minivllm.model_executor.model_loader import default_model_path, load_model, resolve_dtype
+from minivllm.model_executor.model_loader import (HUGE_PAGE, default_model_path, empty_on_huge_pages, load_model,
+                                                  resolve_dtype)
 from minivllm.model_executor.models.llama import make_kv_caches, rope_inv_freq, rope_parameters
 from minivllm.testing.tiny_models import TINY_CONFIG, make_tiny_model
 
@@ -163,6 +165,43 @@ def test_stacked_projections_hold_the_checkpoint_tensors(variant_paths):
     assert torch.equal(gate, sd["model.layers.1.mlp.gate_proj.weight"])
     assert torch.equal(up, sd["model.layers.1.mlp.up_proj.weight"])
     assert "model.layers.1.self_attn.q_proj.weight" not in dict(model.named_parameters())
+
+
+def huge_page_kib(t: torch.Tensor) -> int:
+    "KiB of the mapping holding `t` that Linux backs with huge pages (/proc/self/smaps)."
+    kib, inside = 0, False
+    for line in open("/proc/self/smaps").read().splitlines():
+        if "-" in line.split()[0]:
+            lo, hi = (int(a, 16) for a in line.split()[0].split("-"))
+            inside = lo <= t.data_ptr() < hi
+        elif inside and line.startswith("AnonHugePages:"): kib = int(line.split()[1])
+    return kib
+
+
+THP = "/sys/kernel/mm/transparent_hugepage/enabled"
+
+
+@pytest.mark.skipif(not os.path.exists(THP) or "[never]" in open(THP).read(), reason="no huge pages here")
+def test_parameters_live_in_one_block_on_huge_pages(variant_paths):
+    """A CPU model's parameters share one storage, 64-byte aligned, and still hold the checkpoint; a block of
+    empty_on_huge_pages starts on a 2 MiB boundary and Linux backs it with huge pages once touched."""
+    model = load_model(variant_paths["qwen2_untied"])
+    params = list(model.parameters())
+    assert len({p.untyped_storage().data_ptr() for p in params}) == 1
+    assert all(p.data_ptr() % 64 == 0 and p.is_contiguous() for p in params)
+    sd = load_file(variant_paths["qwen2_untied"] / "model.safetensors")
+    assert torch.equal(model.model.embed_tokens.weight, sd["model.embed_tokens.weight"])
+    assert torch.equal(model.lm_head.weight, sd["lm_head.weight"])
+    block = empty_on_huge_pages(8 << 20).fill_(1)
+    assert block.data_ptr() % HUGE_PAGE == 0 and block.numel() == 8 << 20
+    assert huge_page_kib(block) >= 2 << 10
+
+
+def test_empty_on_huge_pages_without_them(monkeypatch):
+    "Where the OS has no huge pages (no MADV_HUGEPAGE: macOS, Windows), ordinary memory of the same size."
+    monkeypatch.delattr("mmap.MADV_HUGEPAGE", raising=False)
+    block = empty_on_huge_pages(1000).fill_(7)
+    assert block.dtype == torch.uint8 and block.shape == (1000,) and int(block.sum()) == 7000
 
 
 def test_decode_step_makes_four_matmuls_per_layer(variant_paths):
