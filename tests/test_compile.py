@@ -197,6 +197,22 @@ def test_failed_compile_warns_and_runs_eagerly(tiny_llama_path, monkeypatch, tmp
         assert model(torch.tensor([5, 6, 7]), positions, md).shape == (3, model.config.hidden_size)
 
 
+def test_compiled_code_has_no_size_checks_and_other_blocks_are_refused(tiny_llama_path, monkeypatch, tmp_path):
+    """vLLM's inductor settings on a CPU: the compiled layers carry no size assertions (inductor's
+    `assert_size_stride`), so `bind_kv_caches` refuses caches of another block layout after compiling."""
+    model = load_model(tiny_llama_path)
+    model.bind_kv_caches(make_kv_caches(*model.kv_cache_spec(), 4, 16))
+    monkeypatch.setattr(model_mod, "_COMPILED", {})     # compile here, with a fresh cache folder
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    from torch._inductor.codecache import PyCodeCache
+    seen = set(PyCodeCache.modules)
+    assert compile_and_warm_up(model, tmp_path)
+    wrappers = [m for m in PyCodeCache.modules if m not in seen and hasattr(m, "call")]
+    assert wrappers and not any("assert_size_stride(" in open(m.__file__).read() for m in wrappers)
+    model.bind_kv_caches(make_kv_caches(*model.kv_cache_spec(), 9, 16))      # more blocks: fine
+    with pytest.raises(ValueError, match="compiled for KV blocks"):
+        model.bind_kv_caches(make_kv_caches(*model.kv_cache_spec(), 9, 32))
+
 def test_load_model_packs_float32_product_weights(tmp_path):
     """vLLM's process_weights_after_loading on a CPU: every product weight of a float32 model (the layers' and the
     output head's, tied or not) also in oneDNN's packed layout, which is what a step of 2+ rows reads; other

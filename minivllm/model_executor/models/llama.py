@@ -4,9 +4,9 @@
 
 # %% auto #0
 __all__ = ['CPU_GEMM_SOURCE', 'CPU_GEMM_PANEL', 'CPU_GEMM_MAX_ROWS', 'CPU_GEMM_ARGTYPES', 'cpu_linear', 'ONEDNN', 'PREPACK',
-           'layer_attention_op', 'ARCHITECTURES', 'get_head_dim', 'rope_parameters', 'RMSNorm', 'rope_inv_freq',
-           'apply_rope', 'RotaryEmbedding', 'cpu_gemm_library', 'pack_panels', 'cpu_gemm', 'register_op',
-           'unquantized_gemm', 'dispatch_cpu_unquantized_gemm', 'Linear', 'LlamaMLP', 'layer_attention',
+           'layer_attention_op', 'ARCHITECTURES', 'CPU_INDUCTOR_CONFIG', 'get_head_dim', 'rope_parameters', 'RMSNorm',
+           'rope_inv_freq', 'apply_rope', 'RotaryEmbedding', 'cpu_gemm_library', 'pack_panels', 'cpu_gemm',
+           'register_op', 'unquantized_gemm', 'dispatch_cpu_unquantized_gemm', 'Linear', 'LlamaMLP', 'layer_attention',
            'LlamaAttention', 'make_kv_caches', 'LlamaDecoderLayer', 'LlamaModel', 'LlamaForCausalLM',
            'padding_decode_metadata', 'trust_known_vec_isa', 'module_constants', 'traced_sources_unchanged',
            'load_or_aot_compile', 'aot_compiled', 'layer_example', 'by_rows', 'compile_and_warm_up', 'rms_norm_triton',
@@ -444,7 +444,11 @@ def bind_kv_caches(self: LlamaForCausalLM, kv_caches: list):
     num_layers, num_kv_heads, head_dim, dtype = self.kv_cache_spec()
     if len(kv_caches) != num_layers:
         raise ValueError(f"expected {num_layers} KV caches, got {len(kv_caches)}")
+    compiled_for = self.kv_caches[0].shape[1:] if self.model.regional else None
     for c in kv_caches:
+        if compiled_for is not None and c.shape[1:] != compiled_for:   # (compile_and_warm_up)
+            raise ValueError(f"the layers were compiled for KV blocks {tuple(compiled_for)}, "
+                             f"not {tuple(c.shape[1:])}: load the model again")
         layout_ok = c.ndim == 5 and c.shape[1] == 2 and c.shape[3:] == (num_kv_heads, head_dim)
         if not layout_ok or c.dtype != dtype:
             raise ValueError(f"KV cache {tuple(c.shape)} {c.dtype} does not match "
@@ -492,6 +496,10 @@ def traced_sources_unchanged(compiled) -> bool:
     return all(s.module in sys.modules and inspect.getsource(sys.modules[s.module]) == s.content
                for s in compiled.source_info().inlined_sources)
 
+# vLLM's inductor settings on a CPU (vllm/platforms/cpu.py): no size checks in the compiled code
+CPU_INDUCTOR_CONFIG = {"dce": True, "size_asserts": False, "nan_asserts": False,
+                       "epilogue_fusion": True}
+
 def load_or_aot_compile(fn: Callable, example: tuple, path: Path | None) -> Callable:
     "`fn` compiled ahead of time for inputs like `example`: loaded from `path`, else saved there."
     if path is not None and path.exists():
@@ -501,9 +509,9 @@ def load_or_aot_compile(fn: Callable, example: tuple, path: Path | None) -> Call
             if traced_sources_unchanged(compiled): return compiled
         except Exception as e: warnings.warn(f"compiling again: {path} did not load ({e!r:.200})")
     # vLLM's guard_filter_fn: the caller's key, checked once, instead of guards at every call
-    no_guards = {"guard_filter_fn": torch.compiler.skip_all_guards_unsafe}
+    options = {"guard_filter_fn": torch.compiler.skip_all_guards_unsafe, **CPU_INDUCTOR_CONFIG}
     with torch._dynamo.config.patch(specialize_float=True):    # floats (eps, scale): constants
-        compiled = torch.compile(fn, fullgraph=True, options=no_guards).aot_compile((example, {}))
+        compiled = torch.compile(fn, fullgraph=True, options=options).aot_compile((example, {}))
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         compiled.save_compiled_function(str(path))         # written whole, or not at all
@@ -515,7 +523,8 @@ def aot_compiled(fn: Callable, module: nn.Module, example: tuple, inputs, cache:
     key = (fn, type(module), layout, module_constants(module), inputs)
     if key not in _COMPILED:
         # compiled C++ for this CPU (a cache folder shared by machines holds one file per CPU)
-        name = repr((torch.__version__, cpu_flags(), fn.__module__, fn.__qualname__, *key[1:]))
+        name = repr((torch.__version__, cpu_flags(), CPU_INDUCTOR_CONFIG, fn.__module__,
+                     fn.__qualname__, *key[1:]))
         digest = hashlib.sha256(name.encode()).hexdigest()[:16]
         # a notebook's own classes: compiled in this process only (their code has no file)
         path = None if fn.__module__ == "__main__" else (
