@@ -23,17 +23,7 @@ import torch
 
 from minivllm import LLM, SamplingParams
 from minivllm.model_executor import model_loader
-
-
-def huge_page_kib(t: torch.Tensor) -> int:
-    "KiB of the mapping holding `t` that Linux backs with huge pages (0 if none, or not Linux)."
-    smaps, kib, inside = Path("/proc/self/smaps"), 0, False
-    for line in (smaps.read_text().splitlines() if smaps.exists() else []):
-        if "-" in line.split()[0]:
-            lo, hi = (int(a, 16) for a in line.split()[0].split("-"))
-            inside = lo <= t.data_ptr() < hi
-        elif inside and line.startswith("AnonHugePages:"): kib = int(line.split()[1])
-    return kib
+from minivllm.model_executor.model_loader import huge_page_kib
 
 
 def contiguous_run(tensors) -> float | None:

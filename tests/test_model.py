@@ -13,8 +13,8 @@ from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from minivllm.worker.utils import make_attn_metadata
 from minivllm.envs import cache_dir
-from minivllm.model_executor.model_loader import (HUGE_PAGE, default_model_path, empty_on_huge_pages, load_model,
-                                                  resolve_dtype)
+from minivllm.model_executor.model_loader import (HUGE_PAGE, default_model_path, empty_on_huge_pages, huge_page_kib,
+                                                  load_model, resolve_dtype)
 from minivllm.model_executor.models.llama import make_kv_caches, rope_inv_freq, rope_parameters
 from minivllm.testing.tiny_models import TINY_CONFIG, make_tiny_model
 
@@ -165,17 +165,6 @@ def test_stacked_projections_hold_the_checkpoint_tensors(variant_paths):
     assert torch.equal(gate, sd["model.layers.1.mlp.gate_proj.weight"])
     assert torch.equal(up, sd["model.layers.1.mlp.up_proj.weight"])
     assert "model.layers.1.self_attn.q_proj.weight" not in dict(model.named_parameters())
-
-
-def huge_page_kib(t: torch.Tensor) -> int:
-    "KiB of the mapping holding `t` that Linux backs with huge pages (/proc/self/smaps)."
-    kib, inside = 0, False
-    for line in open("/proc/self/smaps").read().splitlines():
-        if "-" in line.split()[0]:
-            lo, hi = (int(a, 16) for a in line.split()[0].split("-"))
-            inside = lo <= t.data_ptr() < hi
-        elif inside and line.startswith("AnonHugePages:"): kib = int(line.split()[1])
-    return kib
 
 
 THP = "/sys/kernel/mm/transparent_hugepage/enabled"

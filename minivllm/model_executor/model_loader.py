@@ -3,7 +3,8 @@
 # %% auto #0
 __all__ = ['STACKED_PARAMS', 'HUGE_PAGE', 'DEFAULT_MODEL', 'check_config', 'safetensors_files', 'checkpoint_names',
            'load_weights', 'resolve_dtype', 'load_model', 'process_weights_after_loading', 'empty_on_huge_pages',
-           'params_on_huge_pages', 'compile_cache_dir', 'embedded_gguf', 'convert_gguf', 'default_model_path']
+           'params_on_huge_pages', 'huge_page_kib', 'compile_cache_dir', 'embedded_gguf', 'convert_gguf',
+           'default_model_path']
 
 # %% ../../nbs/13_model.ipynb #366c84c2
 import importlib.util, itertools, json, mmap, os, shutil, tempfile
@@ -154,6 +155,16 @@ def params_on_huge_pages(model: nn.Module):
     block = empty_on_huge_pages(sum(sizes))
     for p, start in zip(params, itertools.accumulate(sizes, initial=0)):
         p.data = block[start:start + p.numel() * p.element_size()].view(p.dtype).view(p.shape)
+
+def huge_page_kib(t: torch.Tensor) -> int:
+    "KiB of the mapping holding `t` that Linux backs with huge pages (0 elsewhere: no /proc)."
+    smaps, kib, inside = Path("/proc/self/smaps"), 0, False
+    for line in (smaps.read_text().splitlines() if smaps.exists() else []):
+        if "-" in line.split()[0]:                     # a mapping's header: "start-end perms ..."
+            lo, hi = (int(a, 16) for a in line.split()[0].split("-"))
+            inside = lo <= t.data_ptr() < hi
+        elif inside and line.startswith("AnonHugePages:"): kib = int(line.split()[1])
+    return kib
 
 # %% ../../nbs/13_model.ipynb #951be249
 DEFAULT_MODEL = "SmolLM2-135M-Instruct"
