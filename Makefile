@@ -42,7 +42,7 @@ test:
 	  echo "---- beside pytest: make gpu-rehearsal, make docs-check ($$log)"; cat $$log; exit $$rc
 
 sync-check: install
-	@tmp=$$(mktemp -d) && cp -r minivllm nbs $$tmp/ && \
+	@tmp=$$(mktemp -d) && trap "rm -rf $$tmp" EXIT && cp -r minivllm nbs $$tmp/ && \
 	$(PY) tools/export.py && $(BIN)/nbdev_clean && \
 	if ! diff -r -q -x __pycache__ $$tmp/minivllm minivllm; then \
 	  echo "minivllm/ was out of sync with nbs/: run make export and commit"; exit 1; fi && \

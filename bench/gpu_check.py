@@ -377,7 +377,7 @@ ARCHS = ["LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"]
 
 def stage_b():
     make_tiny_model = helper("make_tiny_model")
-    work = Path(tempfile.mkdtemp(prefix="gpu_check_b_"))
+    work = Path(ARGS.work) / "stage_b"
     rng = random.Random(0)
     prompts = [[rng.randrange(3, 250) for _ in range(rng.randrange(3, 40 if not ARGS.dry_run else 20))]
                for _ in range(2 if ARGS.dry_run else 6)]
@@ -522,7 +522,7 @@ def match_rate_bf16(path, prompts, max_tokens) -> dict:
 
 # ---------------------------------------------------------------- stage c: worked examples on the engine
 def stage_c():
-    work = Path(tempfile.mkdtemp(prefix="gpu_check_c_"))
+    work = Path(ARGS.work) / "stage_c"
     r = attempt("weights", save_random_model, 30, "SmolLM2-135M", work / "model", {"vocab_size": 4096})
     if r and r["status"] == "ok":
         attempt("worked_examples", worked_examples, remaining() - 5, work)
@@ -589,7 +589,7 @@ def stage_d():
     prompts, outs = workload()
     RESULTS["workload"] = {"num_seqs": len(prompts), "input_tokens": sum(map(len, prompts)),
                            "output_tokens": sum(outs), "max_input": max(map(len, prompts)), "max_output": max(outs)}
-    work = Path(tempfile.mkdtemp(prefix="gpu_check_d_"))
+    work = Path(ARGS.work) / "stage_d"
     order = ["Qwen3-0.6B", "SmolLM2-135M"]
     paths = {}
     for name in order:

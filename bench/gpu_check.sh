@@ -26,6 +26,7 @@ if [ -z "$DEST" ]; then
 fi
 mkdir -p "$DEST"
 WORK=$(mktemp -d /tmp/gpu_check_work.XXXXXX)
+trap 'rm -rf "$WORK"' EXIT        # the report keeps what is worth keeping (logs included)
 
 # Python: $PYTHON, else the project's venv here, else the device image's python3 (its torch, triton,
 # transformers). The project is never installed: only the repository on PYTHONPATH.

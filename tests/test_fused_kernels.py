@@ -186,6 +186,7 @@ def spills(kernel, sig, cx):
     with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f: f.write(k.asm["ptx"])
     r = subprocess.run([PTXAS, "-arch=sm_90a", "-v", f.name, "-o", os.devnull],
                        capture_output=True, text=True)
+    os.unlink(f.name)
     m = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", r.stderr)
     assert r.returncode == 0 and m, r.stderr[-2000:]
     return int(m[1]) + int(m[2])
