@@ -44,6 +44,7 @@ VLLM_NAMESAKES = {
     "entrypoints/cli/main.py": "vllm/entrypoints/cli/main.py",
     "benchmarks/serve.py": "vllm/benchmarks/serve.py",
     "metrics/stats.py": "vllm/v1/metrics/stats.py",
+    "platforms/cpu.py": "vllm/platforms/cpu.py",
 }
 
 
@@ -139,7 +140,7 @@ def test_editors_see_whole_classes():
 # Layers from the bottom up; a module may import its own layer and those below, never one above
 # (lazy imports inside functions count too).
 # Metrics' stats sit with the outputs (vLLM's `RequestOutput` carries them).
-LAYERS = [("utils",), ("request", "sampling_params", "config", "inputs", "outputs", "core",
+LAYERS = [("utils", "platforms"), ("request", "sampling_params", "config", "inputs", "outputs", "core",
                        "metrics.stats"),
           ("attention", "forward_context"), ("model_executor", "sample"), ("worker",),
           ("compilation",), ("executor",), ("engine", "metrics"), ("entrypoints", "benchmarks")]

@@ -1,5 +1,5 @@
 """A Llama-family decoder (Llama, SmolLM2, Qwen2, Qwen3) over the paged KV cache, loading Hugging Face safetensors."""
-__all__ = ['CPU_GEMM_SOURCE', 'CPU_GEMM_PANEL', 'CPU_GEMM_MAX_ROWS', 'CPU_GEMM_ARGTYPES', 'cpu_linear', 'ONEDNN', 'PREPACK', 'layer_attention_op', 'ARCHITECTURES', 'CPU_INDUCTOR_CONFIG', 'get_head_dim', 'rope_parameters', 'RMSNorm', 'rope_inv_freq', 'apply_rope', 'RotaryEmbedding', 'cpu_gemm_library', 'pack_panels', 'cpu_gemm', 'register_op', 'unquantized_gemm', 'dispatch_cpu_unquantized_gemm', 'Linear', 'LlamaMLP', 'layer_attention', 'LlamaAttention', 'make_kv_caches', 'LlamaDecoderLayer', 'LlamaModel', 'LlamaForCausalLM', 'padding_decode_metadata', 'trust_known_vec_isa', 'module_constants', 'traced_sources_unchanged', 'load_or_aot_compile', 'aot_compiled', 'layer_example', 'by_rows', 'compile_and_warm_up', 'rms_norm_triton', 'rope_triton']
+__all__ = ['CPU_GEMM_SOURCE', 'CPU_GEMM_PANEL', 'CPU_GEMM_MAX_ROWS', 'CPU_GEMM_ARGTYPES', 'cpu_linear', 'ONEDNN', 'PREPACK', 'layer_attention_op', 'ARCHITECTURES', 'get_head_dim', 'rope_parameters', 'RMSNorm', 'rope_inv_freq', 'apply_rope', 'RotaryEmbedding', 'cpu_gemm_library', 'pack_panels', 'cpu_gemm', 'register_op', 'unquantized_gemm', 'dispatch_cpu_unquantized_gemm', 'Linear', 'LlamaMLP', 'layer_attention', 'LlamaAttention', 'make_kv_caches', 'LlamaDecoderLayer', 'LlamaModel', 'LlamaForCausalLM', 'padding_decode_metadata', 'trust_known_vec_isa', 'module_constants', 'traced_sources_unchanged', 'load_or_aot_compile', 'aot_compiled', 'layer_example', 'by_rows', 'compile_and_warm_up', 'rms_norm_triton', 'rope_triton']
 import ctypes, functools, hashlib, inspect, math, os, platform, sys, types, warnings
 from pathlib import Path
 from typing import Callable
@@ -11,6 +11,7 @@ from tqdm import tqdm
 from ...attention.backends.triton_attn import AttentionMetadata, PAD_SLOT_ID, _on_device
 from ...attention.backends.cpu_attn import build_cpu_library, cpu_flags
 from ...forward_context import get_forward_context, set_forward_context
+from ...platforms.cpu import CPU_INDUCTOR_CONFIG
 import triton
 import triton.language as tl
 
@@ -199,7 +200,6 @@ def module_constants(module: nn.Module) -> tuple:
 def traced_sources_unchanged(compiled) -> bool:
     """Whether the modules TorchDynamo traced still hold the code it compiled (vLLM's check on load)."""
     ...
-CPU_INDUCTOR_CONFIG = {'dce': True, 'size_asserts': False, 'nan_asserts': False, 'epilogue_fusion': True}
 
 def load_or_aot_compile(fn: Callable, example: tuple, path: Path | None) -> Callable:
     """`fn` compiled ahead of time for inputs like `example`: loaded from `path`, else saved there."""
