@@ -2,10 +2,7 @@
 embedded SmolLM2), running in pieces through the paged KV cache equals one full forward, bad folders fail clearly."""
 import json
 import os
-import platform
 import shutil
-import subprocess
-import sys
 from types import SimpleNamespace
 
 import pytest
@@ -194,40 +191,6 @@ def test_empty_on_huge_pages_without_them(monkeypatch):
     monkeypatch.delattr("mmap.MADV_HUGEPAGE", raising=False)
     block = empty_on_huge_pages(1000).fill_(7)
     assert block.dtype == torch.uint8 and block.shape == (1000,) and int(block.sum()) == 7000
-
-
-FAULTS_PROBE = """
-import resource, sys, torch
-from minivllm.platforms.cpu import keep_freed_memory
-def minor_faults(rounds, nbytes=64 << 20):
-    "Page faults of each round of allocating, writing and freeing `nbytes` (above glibc's mmap threshold)."
-    faults = []
-    for _ in range(rounds):
-        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-        torch.empty(nbytes, dtype=torch.uint8).fill_(1)
-        faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
-    return faults
-fresh = minor_faults(3)[-1]
-if len(sys.argv) > 1:                          # a CPU engine, built as LLM builds it
-    from minivllm.engine.arg_utils import EngineArgs
-    from minivllm.engine.core import build_engine_core
-    build_engine_core(EngineArgs(model=sys.argv[1], num_gpu_blocks_override=8, enforce_eager=True))
-else: assert keep_freed_memory()
-print(fresh, sum(minor_faults(30)[-10:]))
-"""
-
-
-@pytest.mark.skipif(platform.system() != "Linux", reason="glibc's mallopt")
-@pytest.mark.parametrize("how", ["keep_freed_memory", "build_engine_core"])
-def test_freed_memory_is_reused(how, variant_paths):
-    """glibc maps a 64 MiB tensor afresh at every allocation (16,384 page faults on 4 KiB pages). After
-    keep_freed_memory, which a CPU engine calls when it is built, freed ones are reused: the heap grows for the
-    first few (a freed block lacks the few bytes of alignment slack the next request asks for, until freed
-    neighbours merge with it) and then the allocations come back without a fault."""
-    args = [str(variant_paths["llama_tied"])] if how == "build_engine_core" else []
-    out = subprocess.run([sys.executable, "-c", FAULTS_PROBE, *args], capture_output=True, text=True, check=True)
-    fresh, last_ten = map(int, out.stdout.split()[-2:])
-    assert fresh >= 16 and last_ten <= fresh, (fresh, last_ten)
 
 
 def test_decode_step_makes_four_matmuls_per_layer(variant_paths):

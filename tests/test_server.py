@@ -1,5 +1,5 @@
 """EngineCoreProc + AsyncLLM streaming and the OpenAI-compatible server, on loopback only (chapters 24 and 25)."""
-import asyncio, json, time
+import asyncio, json, os, time
 import httpx, openai, pytest, torch
 from minivllm.entrypoints.llm import LLM
 from minivllm.engine.async_llm import AsyncLLM, EngineDeadError
@@ -199,6 +199,22 @@ def test_engine_keeps_a_timeline_only_when_asked(tiny_server, tiny_llama_path):
     assert [type(o) for o in core.step_observers] == [TimelineRecorder]
     with pytest.raises(ValueError, match="record_timeline=True"):   # started without it
         tiny_server.async_llm.get_timeline()
+
+
+def test_cpu_engine_process_runs_on_tcmalloc(tiny_server, monkeypatch):
+    "vLLM's CPU platform: the engine process starts with the machine's TCMalloc preloaded, the front end unchanged."
+    from minivllm.platforms.cpu import engine_process_env, find_tcmalloc
+    if "libtcmalloc" not in open("/proc/self/maps").read():         # the front end runs on glibc's malloc
+        assert "libtcmalloc" not in os.environ.get("LD_PRELOAD", "")  # and its environment is as it was
+    assert engine_process_env("cuda") == {}
+    monkeypatch.setenv("LD_PRELOAD", "/opt/libtcmalloc.so")            # the user's own: kept as it is
+    assert engine_process_env("cpu") == {}
+    monkeypatch.setenv("LD_PRELOAD", "libother.so")
+    tcmalloc = find_tcmalloc()
+    assert engine_process_env("cpu") == ({"LD_PRELOAD": f"{tcmalloc}:libother.so"} if tcmalloc else {})
+    if tcmalloc is None: pytest.skip("no TCMalloc on this machine (Debian: libtcmalloc-minimal4)")
+    pid = tiny_server.async_llm.proc.pid
+    assert "libtcmalloc" in open(f"/proc/{pid}/maps").read()
 
 
 def test_engine_failures_reach_the_client(tiny_llama_path):

@@ -6,12 +6,13 @@
 from __future__ import annotations
 import asyncio, atexit, concurrent.futures, gc, itertools, logging, math, multiprocessing, pickle
 import queue
-import shutil, signal, tempfile, threading, time, traceback, uuid
+import os, shutil, signal, tempfile, threading, time, traceback, uuid
 from dataclasses import asdict, fields, replace
 from enum import Enum
 from functools import partial
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable
+from unittest import mock
 import msgpack, zmq
 from fastcore.basics import patch
 from ..request import Request, RequestStatus
@@ -23,7 +24,8 @@ from ..metrics.reader import Metric
 from ..metrics.stats import IterationStats
 from .arg_utils import EngineArgs
 from .core import (EngineCore, EngineInfo, build_engine_core, load_tokenizer,
-                                  resolve_model_path, try_get_generation_config)
+                                  resolve_device, resolve_model_path, try_get_generation_config)
+from ..platforms.cpu import engine_process_env
 from .output_processor import OutputProcessor
 from ..outputs import RequestOutput
 from ..sampling_params import RequestOutputKind
@@ -411,8 +413,9 @@ def _start_engine(self: AsyncLLM, transport: str, engine_process_args: tuple,
     self.proc = multiprocessing.get_context("spawn").Process(
         target=async_llm.run_engine_core,
         args=(input_address, output_address, *engine_process_args), name="EngineCore", daemon=True)
+    env = engine_process_env(resolve_device(engine_process_args[0].device))
     try:
-        self.proc.start()
+        with mock.patch.dict(os.environ, env): self.proc.start()   # the child's environment only
         self.engine_identity, self.engine_info = self._wait_for_handshake(timeout)
     except BaseException: self.shutdown(); raise
 

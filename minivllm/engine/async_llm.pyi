@@ -2,12 +2,13 @@
 from __future__ import annotations
 import asyncio, atexit, concurrent.futures, gc, itertools, logging, math, multiprocessing, pickle
 import queue
-import shutil, signal, tempfile, threading, time, traceback, uuid
+import os, shutil, signal, tempfile, threading, time, traceback, uuid
 from dataclasses import asdict, fields, replace
 from enum import Enum
 from functools import partial
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable
+from unittest import mock
 import msgpack, zmq
 from fastcore.basics import patch
 from ..request import Request, RequestStatus
@@ -17,7 +18,8 @@ from ..metrics.loggers import StatLogger
 from ..metrics.reader import Metric
 from ..metrics.stats import IterationStats
 from .arg_utils import EngineArgs
-from .core import EngineCore, EngineInfo, build_engine_core, load_tokenizer, resolve_model_path, try_get_generation_config
+from .core import EngineCore, EngineInfo, build_engine_core, load_tokenizer, resolve_device, resolve_model_path, try_get_generation_config
+from ..platforms.cpu import engine_process_env
 from .output_processor import OutputProcessor
 from ..outputs import RequestOutput
 from ..sampling_params import RequestOutputKind

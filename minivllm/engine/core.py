@@ -26,7 +26,6 @@ from ..model_executor.models.llama import compile_and_warm_up, make_kv_caches
 from minivllm.model_executor.model_loader import (compile_cache_dir, default_model_path,
     load_model)
 from ..worker.gpu_model_runner import ModelRunner
-from ..platforms.cpu import keep_freed_memory
 from .arg_utils import EngineArgs
 
 # %% auto #0
@@ -255,7 +254,6 @@ def build_engine_core(args: EngineArgs, eos_token_id: int | None = None) -> Engi
                       args.gpu_memory_utilization)
     if args.num_threads is not None: torch.set_num_threads(args.num_threads)
     if args.seed is not None: torch.manual_seed(args.seed)
-    if device.type == "cpu": keep_freed_memory()     # vLLM preloads TCMalloc instead
     model = load_model(path, args.dtype, device, args.attention_backend)
     eos_token_id = model.config.eos_token_id if eos_token_id is None else eos_token_id
     model_len = args.max_model_len or model.config.max_position_embeddings

@@ -21,7 +21,6 @@ from ..worker.utils import make_attn_metadata
 from ..model_executor.models.llama import compile_and_warm_up, make_kv_caches
 from minivllm.model_executor.model_loader import compile_cache_dir, default_model_path, load_model
 from ..worker.gpu_model_runner import ModelRunner
-from ..platforms.cpu import keep_freed_memory
 from .arg_utils import EngineArgs
 __all__ = ['DEFAULT_CPU_KV_CACHE_BYTES', 'TOKENIZER_FILES', 'SAMPLING_DEFAULT_FIELDS', 'kv_cache_bytes_per_block', 'num_blocks_for', 'EngineInfo', 'EngineCore', 'resolve_model_path', 'load_tokenizer', 'resolve_device', 'check_engine_args', 'profile_seq_lens', 'profile_kv_cache_memory', 'default_max_num_batched_tokens', 'num_gpu_blocks_for', 'build_engine_core', 'try_get_generation_config', 'get_diff_sampling_param']
 DEFAULT_CPU_KV_CACHE_BYTES = 1 << 30
