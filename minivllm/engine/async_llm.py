@@ -345,7 +345,7 @@ class RequestOutputCollector:
         return item
 
 # %% ../../nbs/24_async_llm.ipynb #5b7d466a
-HEARTBEAT_TIMEOUT_S = 3.0   # no message from the engine for this long: it is frozen, hence dead
+HEARTBEAT_TIMEOUT_S = 5.0   # no message from the engine for this long: it is frozen, hence dead
 MAX_LOGPROBS = 20           # top tokens per position, at most (vLLM's default max_logprobs)
 MAX_N = 128                 # completions per request (vLLM's VLLM_MAX_N_SEQUENCES is 16384)
 

@@ -170,7 +170,7 @@ class RequestOutputCollector:
     async def get(self) -> RequestOutput:
         """The next output (waits), or raise the error that ended the stream."""
         ...
-HEARTBEAT_TIMEOUT_S = 3.0
+HEARTBEAT_TIMEOUT_S = 5.0
 MAX_LOGPROBS = 20
 MAX_N = 128
 
