@@ -20,12 +20,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def workload():
-    "bench_cpu.py's batched prompts (token ids) and sampling parameters."
+def workload(seed: int = 32):
+    "bench_cpu.py's batched prompts (token ids; another `seed`, other prompts) and sampling parameters."
+    from bench_cpu import random_prompts
     from minivllm import SamplingParams
-    rng = random.Random(32)
-    prompts = [[rng.randrange(100, 49152) for _ in range(rng.randint(16, 256))] for _ in range(32)]
-    return prompts, SamplingParams(temperature=0, max_tokens=64, ignore_eos=True)
+    return (random_prompts(32, 16, 256, 49152, seed=seed),
+            SamplingParams(temperature=0, max_tokens=64, ignore_eos=True))
 
 
 def faults(pid: int) -> int:
@@ -35,14 +35,15 @@ def faults(pid: int) -> int:
 
 def run_llm(repeat: int) -> dict:
     "Tokens per second of `LLM.generate` here, best of `repeat`, and this process's faults per run."
+    from bench_cpu import minivllm_generate       # every run from an empty prefix cache
     from minivllm import LLM
-    prompts, sp = workload()
+    prompts, _ = workload()
     llm = LLM(num_gpu_blocks=1024)
-    llm.generate(prompts[:2], sp, use_tqdm=False)
+    minivllm_generate(llm, prompts[:2], 4)
     f0, speeds = resource.getrusage(resource.RUSAGE_SELF).ru_minflt, []
     for _ in range(repeat):
         t = time.perf_counter()
-        n = sum(len(o.outputs[0].token_ids) for o in llm.generate(prompts, sp, use_tqdm=False))
+        n = sum(map(len, minivllm_generate(llm, prompts, 64)))
         speeds.append(n / (time.perf_counter() - t))
     f = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0) // repeat
     return {"tok_s": max(speeds), "faults": f, "tcmalloc": "libtcmalloc" in Path("/proc/self/maps").read_text()}
@@ -52,7 +53,7 @@ def run_async_llm(repeat: int, tcmalloc: bool) -> dict:
     "The same through `AsyncLLM`, its engine process with or without TCMalloc."
     import minivllm.engine.async_llm as async_llm
     if not tcmalloc: async_llm.engine_process_env = lambda device: {}
-    prompts, sp = workload()
+    _, sp = workload()
 
     async def generate(llm, batch):
         async def one(i, p):
@@ -62,9 +63,9 @@ def run_async_llm(repeat: int, tcmalloc: bool) -> dict:
         return sum(await asyncio.gather(*(one(i, p) for i, p in enumerate(batch)))) / (time.perf_counter() - t)
 
     with async_llm.AsyncLLM(num_gpu_blocks=1024) as llm:
-        asyncio.run(generate(llm, prompts[:2]))
-        f0 = faults(llm.proc.pid)
-        speeds = [asyncio.run(generate(llm, prompts)) for _ in range(repeat)]
+        asyncio.run(generate(llm, workload(0)[0][:2]))
+        f0 = faults(llm.proc.pid)   # other prompts each run: nothing comes from the prefix cache
+        speeds = [asyncio.run(generate(llm, workload(32 + r)[0])) for r in range(repeat)]
         f = (faults(llm.proc.pid) - f0) // repeat
         mapped = "libtcmalloc" in Path(f"/proc/{llm.proc.pid}/maps").read_text()
     return {"tok_s": max(speeds), "faults": f, "tcmalloc": mapped}
@@ -87,13 +88,12 @@ def main():
     ap.add_argument("--only", choices=["llm", "async_llm"], help="one of the two front ends")
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
     if args.child:
-        sys.path.insert(0, str(ROOT))
         front, allocator, repeat = args.child
         result = (run_llm(int(repeat)) if front == "llm" else
                   run_async_llm(int(repeat), allocator == "tcmalloc"))
         print(json.dumps(result)); return
-    sys.path.insert(0, str(ROOT))
     from minivllm.platforms.cpu import find_tcmalloc
     if find_tcmalloc() is None: sys.exit("no TCMalloc here (Debian: apt-get install libtcmalloc-minimal4)")
     print(f"{os.cpu_count()} CPUs, TCMalloc: {find_tcmalloc()}, load average {os.getloadavg()[0]:.1f} at the start")
