@@ -142,14 +142,14 @@ class TinyServer:
 
 @pytest.fixture(scope="session")
 def serve_tiny():
-    """`with serve_tiny(path, name="tiny", **engine_args) as server`: an `AsyncLLM` (one torch
-    thread) behind the OpenAI server in a thread, both shut down after the block; a `TinyServer`."""
-    from minivllm.engine.async_llm import AsyncLLM
-    from minivllm.entrypoints.openai.api_server import build_app, serve_in_thread
+    """`with serve_tiny(path, name="tiny", **engine_args) as server`: the engine `serve` starts (one
+    torch thread) behind the OpenAI server in a thread, both shut down after the block; a `TinyServer`."""
+    from minivllm.entrypoints.openai.api_server import (build_app, build_async_engine_client,
+                                                       serve_in_thread)
 
     @contextlib.contextmanager
     def serve(path, name: str = "tiny", **engine_args):
-        with AsyncLLM(path, num_threads=1, **engine_args) as async_llm, \
+        with build_async_engine_client(path, num_threads=1, **engine_args) as async_llm, \
              serve_in_thread(build_app(async_llm, name)) as url:
             yield TinyServer(async_llm, url, Path(path), name, engine_args)
     return serve

@@ -45,6 +45,7 @@ VLLM_NAMESAKES = {
     "benchmarks/serve.py": "vllm/benchmarks/serve.py",
     "metrics/stats.py": "vllm/v1/metrics/stats.py",
     "platforms/cpu.py": "vllm/platforms/cpu.py",
+    "usage/usage_lib.py": "vllm/usage/usage_lib.py",
 }
 
 
@@ -140,7 +141,7 @@ def test_editors_see_whole_classes():
 # Layers from the bottom up; a module may import its own layer and those below, never one above
 # (lazy imports inside functions count too).
 # Metrics' stats sit with the outputs (vLLM's `RequestOutput` carries them).
-LAYERS = [("utils", "platforms"), ("request", "sampling_params", "config", "inputs", "outputs", "core",
+LAYERS = [("utils", "platforms", "usage"), ("request", "sampling_params", "config", "inputs", "outputs", "core",
                        "metrics.stats"),
           ("attention", "forward_context"), ("model_executor", "sample"), ("worker",),
           ("compilation",), ("executor",), ("engine", "metrics"), ("entrypoints", "benchmarks")]

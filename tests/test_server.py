@@ -217,6 +217,12 @@ def test_cpu_engine_process_runs_on_tcmalloc(tiny_server, monkeypatch):
     assert "libtcmalloc" in open(f"/proc/{pid}/maps").read()
 
 
+def test_the_served_engine_has_a_servers_batch_defaults(tiny_server):
+    "vLLM's for a server on a CPU (tests/test_vllm_api.py compares them with vLLM's code), not LLM's 4096 and 256."
+    info = tiny_server.async_llm.engine_info          # conftest starts it as `serve` does
+    assert (info.max_num_batched_tokens, info.max_num_seqs) == (2048, 128)
+
+
 def test_engine_failures_reach_the_client(tiny_llama_path):
     with pytest.raises(EngineDeadError, match="num_gpu_blocks"):      # fails while starting
         AsyncLLM(tiny_llama_path, num_threads=1, num_gpu_blocks=2, max_model_len=256)

@@ -8,6 +8,7 @@ it are skipped elsewhere. The rest states vLLM 0.33's documented behaviour, with
 from."""
 import gc
 import json
+import os
 import subprocess
 import textwrap
 from pathlib import Path
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from minivllm.engine.arg_utils import EngineArgs
+from minivllm.engine.arg_utils import EngineArgs, batch_limits
 from minivllm.engine.core import get_diff_sampling_param, try_get_generation_config
 from minivllm.engine.output_processor import OutputProcessor
 from minivllm.entrypoints.cli.main import (bench_sampling_params, build_parser, engine_args_from,
@@ -27,8 +28,11 @@ from minivllm.outputs import RequestOutputKind
 from minivllm.request import Request
 from minivllm.sample.sampler import Sampler, SamplingMetadata
 from minivllm.sampling_params import SamplingParams
+from minivllm.usage.usage_lib import UsageContext
 
 ORACLE_PYTHON = Path("/tmp/oracle/venv/bin/python")
+ROOT = Path(__file__).resolve().parent.parent
+VLLM_VENV = Path(os.environ.get("VLLM_VENV", ROOT / "build" / "vllm-venv"))   # `make vllm-env`
 GENERATION_CONFIG = {"eos_token_id": [0, 9, 11], "temperature": 0.6, "top_p": 0.9, "top_k": 20,
                      "repetition_penalty": 1.05, "max_new_tokens": 64, "do_sample": True}
 
@@ -361,6 +365,45 @@ def test_llm_options_with_vllms_names(tiny_gen_path):
               tokenizer=str(tiny_gen_path), trust_remote_code=False, max_logprobs=2)
     assert llm.cache_config.num_gpu_blocks == 16
     with pytest.raises(ValueError, match="max allowed: 2"): llm.generate([[1]], SamplingParams(logprobs=3))
+
+
+def test_batch_defaults_are_vllms():
+    """max_num_batched_tokens and max_num_seqs as vLLM 0.33 resolves them, for six devices, three entry
+    points and the user's choices: tests/vllm_env/batch_defaults.py runs vLLM's own EngineArgs (in the venv
+    `make vllm-env` builds, as CI does) and every case must come out the same from `batch_limits`."""
+    python = VLLM_VENV / "bin" / "python"
+    if not python.exists():
+        if os.environ.get("CI"): pytest.fail(f"no vLLM venv at {VLLM_VENV}: run `make vllm-env`")
+        pytest.skip(f"no vLLM venv at {VLLM_VENV}: `make vllm-env` builds it")
+    run = subprocess.run([str(python), str(ROOT / "tests" / "vllm_env" / "batch_defaults.py")],
+                         capture_output=True, text=True, timeout=600, cwd=ROOT / "tests" / "vllm_env")
+    assert run.returncode == 0, run.stderr[-3000:]
+    cases = json.loads(run.stdout)
+
+    def ours(case):
+        args = EngineArgs(max_num_seqs=case["seqs"], max_num_batched_tokens=case["budget"],
+                          enable_chunked_prefill=case["chunked"])
+        try: return list(batch_limits(args, UsageContext(case["usage"]), case["max_model_len"], *case["device"]))
+        except ValueError: return "error"
+    assert len(cases) == 648 and "error" in [c["vllm"] for c in cases]
+    assert len({str(c["vllm"]) for c in cases}) > 10                  # many different answers to match
+    assert [ours(c) for c in cases] == [c["vllm"] for c in cases]
+
+
+def test_each_entry_point_gets_its_batch_defaults(tiny_gen_path):
+    "On a CPU: LLM 4096 tokens and 256 sequences a step, an AsyncLLM's engine 2048 and 128 (the server: test_server)."
+    from minivllm.engine.async_llm import make_engine_core
+    args = dict(num_gpu_blocks_override=16, max_model_len=64, enforce_eager=True)
+    sc = LLM(tiny_gen_path, **args).scheduler_config
+    assert (sc.max_num_batched_tokens, sc.max_num_seqs) == (4096, 256)
+    gc.unfreeze()
+    try: core = make_engine_core(EngineArgs(model=str(tiny_gen_path), **args))  # AsyncLLM's default
+    finally: gc.unfreeze()
+    assert (core.scheduler_config.max_num_batched_tokens, core.scheduler_config.max_num_seqs) == (2048, 128)
+    with pytest.raises(ValueError, match=r"max_num_batched_tokens \(64\) must be greater"):
+        LLM(tiny_gen_path, max_num_batched_tokens=64, max_num_seqs=128, **args)
+    sc = LLM(tiny_gen_path, max_num_batched_tokens=64, **args).scheduler_config
+    assert (sc.max_num_batched_tokens, sc.max_num_seqs) == (64, 64)      # a default limit follows the budget
 
 
 def test_only_the_engine_process_freezes_the_heap(tiny_gen_path):

@@ -3,9 +3,11 @@
 # %% ../../nbs/21_engine_core.ipynb #40bd91bb
 from __future__ import annotations
 from dataclasses import dataclass, field
+from ..config import SchedulerConfig
+from ..usage.usage_lib import UsageContext
 
 # %% auto #0
-__all__ = ['EngineArgs']
+__all__ = ['GiB', 'EngineArgs', 'get_batch_defaults', 'batch_limits']
 
 # %% ../../nbs/21_engine_core.ipynb #2fed3263
 def _arg(default, help: str):
@@ -21,8 +23,10 @@ class EngineArgs:
     dtype: str = _arg("auto", "weights and KV cache dtype: auto, float32, bfloat16, float16")
     device: str = _arg("auto", "auto (CUDA when available), cpu, cuda, cuda:1, ...")
     max_model_len: int | None = _arg(None, "longest prompt + output (default: the model's)")
-    max_num_seqs: int = _arg(256, "most requests in one step")
-    max_num_batched_tokens: int | None = _arg(None, "token budget of a step (4096 CPU, 8192 GPU)")
+    max_num_seqs: int | None = _arg(None, "most requests in one step (default: vLLM's for the "
+                                    "device and entry point)")
+    max_num_batched_tokens: int | None = _arg(None, "token budget of a step (default: vLLM's for "
+                                              "the device and entry point)")
     block_size: int = _arg(16, "tokens per KV-cache block")
     num_gpu_blocks_override: int | None = _arg(None, "KV-cache blocks (default: sized from memory)")
     num_gpu_blocks: int | None = _arg(None, "old name of --num-gpu-blocks-override")
@@ -59,3 +63,38 @@ class EngineArgs:
             self.num_gpu_blocks_override = self.num_gpu_blocks
         if not (isinstance(self.max_logprobs, int) and self.max_logprobs >= -1):
             raise ValueError(f"max_logprobs must be an int >= -1, got {self.max_logprobs!r}")
+
+# %% ../../nbs/21_engine_core.ipynb #b7c1d003
+GiB = 1 << 30
+
+def get_batch_defaults(device_type: str, device_memory: int = 0, device_name: str = ""
+                       ) -> tuple[dict[UsageContext, int], dict[UsageContext, int]]:
+    "vLLM 0.33's default token budget and sequence limit for each entry point, on this device."
+    llm, server = UsageContext.LLM_CLASS, UsageContext.OPENAI_API_SERVER
+    if device_type == "cpu": return {llm: 4096, server: 2048}, {llm: 256, server: 128}
+    if device_memory >= 160 * GiB: return {llm: 16384, server: 16384}, {llm: 1024, server: 1024}
+    # A100s stay small (larger budgets cost them throughput, vLLM PR 17885), and GB10s (the memory,
+    # not the compute, of a big GPU; vLLM tells one by its compute capability 12.1, we by its name)
+    small = any(chip in device_name.lower() for chip in ("a100", "gb10"))
+    if device_memory >= 70 * GiB and not small:
+        return {llm: 16384, server: 8192}, {llm: 1024, server: 1024}
+    return {llm: 8192, server: 2048}, {llm: 256, server: 256}
+
+def batch_limits(args: EngineArgs, usage_context: UsageContext | None, max_model_len: int,
+                 device_type: str = "cpu", device_memory: int = 0, device_name: str = ""
+                 ) -> tuple[int, int]:
+    "`(max_num_batched_tokens, max_num_seqs)`: the user's, else vLLM's for `usage_context`."
+    tokens, seqs = get_batch_defaults(device_type, device_memory, device_name)
+    max_num_seqs = args.max_num_seqs
+    if max_num_seqs is None: max_num_seqs = seqs.get(usage_context, SchedulerConfig.max_num_seqs)
+    budget = args.max_num_batched_tokens
+    if budget is None:
+        budget = tokens.get(usage_context, SchedulerConfig.max_num_batched_tokens)
+        if not args.enable_chunked_prefill: budget = max(budget, max_model_len)  # a whole prompt
+        budget = min(budget, max_num_seqs * max_model_len)                       # all that fits
+    if args.max_num_seqs is None: max_num_seqs = min(max_num_seqs, budget)   # fits the budget
+    if budget < max_num_seqs:
+        raise ValueError(f"max_num_batched_tokens ({budget}) must be greater than or equal to "
+                         f"max_num_seqs ({max_num_seqs}), as in vLLM: raise the first or lower "
+                         "the second")
+    return budget, max_num_seqs

@@ -26,6 +26,7 @@ from .arg_utils import EngineArgs
 from .core import (EngineCore, EngineInfo, build_engine_core, load_tokenizer,
                                   resolve_device, resolve_model_path, try_get_generation_config)
 from ..platforms.cpu import engine_process_env
+from ..usage.usage_lib import UsageContext
 from .output_processor import OutputProcessor
 from ..outputs import RequestOutput
 from ..sampling_params import RequestOutputKind
@@ -308,9 +309,10 @@ def run(self: EngineCoreProc) -> bool:
 
 # %% ../../nbs/24_async_llm.ipynb #91556d37
 def make_engine_core(engine_args: EngineArgs, eos_token_id: int | None = None,
-                     record_timeline: bool = False) -> EngineCore:
+                     record_timeline: bool = False,
+                     usage_context: UsageContext = UsageContext.ENGINE_CONTEXT) -> EngineCore:
     "The engine process's `EngineCore` (`build_engine_core`), with a timeline recorder when asked."
-    core = build_engine_core(engine_args, eos_token_id)
+    core = build_engine_core(engine_args, eos_token_id, usage_context)
     # vLLM's freeze_gc_heap, in the engine's own process: start-up objects leave the collector's
     # generations (shorter pauses). Not in LLM's: frozen, an engine's cycles would outlive it there.
     gc.collect(); gc.freeze()
@@ -321,10 +323,11 @@ def make_engine_core(engine_args: EngineArgs, eos_token_id: int | None = None,
     return core
 
 def run_engine_core(input_address: str, output_address: str, engine_args: EngineArgs,
-                    eos_token_id: int | None = None, record_timeline: bool = False) -> None:
+                    eos_token_id: int | None = None, record_timeline: bool = False,
+                    usage_context: UsageContext = UsageContext.ENGINE_CONTEXT) -> None:
     "Body of the engine process: serve an `EngineCoreProc` until SHUTDOWN; exit code 1 on failure."
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C hits the group: the front end stops us
-    make = partial(make_engine_core, engine_args, eos_token_id, record_timeline)
+    make = partial(make_engine_core, engine_args, eos_token_id, record_timeline, usage_context)
     if not EngineCoreProc(input_address, output_address, make).run(): raise SystemExit(1)
 
 # %% ../../nbs/24_async_llm.ipynb #a4843f68
@@ -354,7 +357,7 @@ class AsyncLLM:
     def __init__(self, model: str | Path | None = None, *, transport: str = "ipc",
                  startup_timeout: float = 600, record_timeline: bool = False,
                  heartbeat_timeout: float = HEARTBEAT_TIMEOUT_S, max_logprobs: int = MAX_LOGPROBS,
-                 **engine_kwargs):
+                 usage_context: UsageContext = UsageContext.ENGINE_CONTEXT, **engine_kwargs):
         self.model_path = resolve_model_path(model)
         # a TypeError for an unknown option, before any process starts
         engine_args = EngineArgs(model=str(self.model_path), **engine_kwargs)
@@ -375,7 +378,8 @@ class AsyncLLM:
         # a long prompt is tokenised off the event loop: one thread, like vLLM's tokenizer pool
         self.tokenizer_executor = concurrent.futures.ThreadPoolExecutor(1, "tokenizer")
         eos = self.tokenizer.eos_token_id if self.tokenizer is not None else None
-        self._start_engine(transport, (engine_args, eos, record_timeline), startup_timeout)
+        self._start_engine(transport, (engine_args, eos, record_timeline, usage_context),
+                           startup_timeout)
         self.last_heard = time.monotonic()
         self.output_thread = threading.Thread(target=self._process_outputs, daemon=True,
                                               name="AsyncLLMOutput")

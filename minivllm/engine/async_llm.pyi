@@ -20,6 +20,7 @@ from ..metrics.stats import IterationStats
 from .arg_utils import EngineArgs
 from .core import EngineCore, EngineInfo, build_engine_core, load_tokenizer, resolve_device, resolve_model_path, try_get_generation_config
 from ..platforms.cpu import engine_process_env
+from ..usage.usage_lib import UsageContext
 from .output_processor import OutputProcessor
 from ..outputs import RequestOutput
 from ..sampling_params import RequestOutputKind
@@ -149,11 +150,11 @@ MAX_FAILED_STEPS = 3
 OUTPUT_LINGER_MS = 2000
 HEARTBEAT_INTERVAL_S = 0.5
 
-def make_engine_core(engine_args: EngineArgs, eos_token_id: int | None=None, record_timeline: bool=False) -> EngineCore:
+def make_engine_core(engine_args: EngineArgs, eos_token_id: int | None=None, record_timeline: bool=False, usage_context: UsageContext=UsageContext.ENGINE_CONTEXT) -> EngineCore:
     """The engine process's `EngineCore` (`build_engine_core`), with a timeline recorder when asked."""
     ...
 
-def run_engine_core(input_address: str, output_address: str, engine_args: EngineArgs, eos_token_id: int | None=None, record_timeline: bool=False) -> None:
+def run_engine_core(input_address: str, output_address: str, engine_args: EngineArgs, eos_token_id: int | None=None, record_timeline: bool=False, usage_context: UsageContext=UsageContext.ENGINE_CONTEXT) -> None:
     """Body of the engine process: serve an `EngineCoreProc` until SHUTDOWN; exit code 1 on failure."""
     ...
 
@@ -177,7 +178,7 @@ MAX_N = 128
 class AsyncLLM:
     """Streaming front end: tokenise, send to an `EngineCoreProc` process, yield `RequestOutput`s."""
 
-    def __init__(self, model: str | Path | None=None, *, transport: str='ipc', startup_timeout: float=600, record_timeline: bool=False, heartbeat_timeout: float=HEARTBEAT_TIMEOUT_S, max_logprobs: int=MAX_LOGPROBS, **engine_kwargs):
+    def __init__(self, model: str | Path | None=None, *, transport: str='ipc', startup_timeout: float=600, record_timeline: bool=False, heartbeat_timeout: float=HEARTBEAT_TIMEOUT_S, max_logprobs: int=MAX_LOGPROBS, usage_context: UsageContext=UsageContext.ENGINE_CONTEXT, **engine_kwargs):
         ...
 
     @property

@@ -26,13 +26,14 @@ from ..model_executor.models.llama import compile_and_warm_up, make_kv_caches
 from minivllm.model_executor.model_loader import (compile_cache_dir, default_model_path,
     load_model)
 from ..worker.gpu_model_runner import ModelRunner
-from .arg_utils import EngineArgs
+from .arg_utils import EngineArgs, batch_limits
+from ..usage.usage_lib import UsageContext
 
 # %% auto #0
 __all__ = ['DEFAULT_CPU_KV_CACHE_BYTES', 'TOKENIZER_FILES', 'SAMPLING_DEFAULT_FIELDS', 'kv_cache_bytes_per_block',
            'num_blocks_for', 'EngineInfo', 'EngineCore', 'resolve_model_path', 'load_tokenizer', 'resolve_device',
-           'check_engine_args', 'profile_seq_lens', 'profile_kv_cache_memory', 'default_max_num_batched_tokens',
-           'num_gpu_blocks_for', 'build_engine_core', 'try_get_generation_config', 'get_diff_sampling_param']
+           'check_engine_args', 'profile_seq_lens', 'profile_kv_cache_memory', 'num_gpu_blocks_for',
+           'build_engine_core', 'try_get_generation_config', 'get_diff_sampling_param']
 
 # %% ../../nbs/21_engine_core.ipynb #245b11c8
 DEFAULT_CPU_KV_CACHE_BYTES = 1 << 30   # 1 GiB: vLLM's CPU backend asks for a fixed budget too
@@ -60,6 +61,8 @@ class EngineInfo:
     eos_token_id: int | None
     num_gpu_blocks: int
     block_size: int
+    max_num_batched_tokens: int
+    max_num_seqs: int
 
 class EngineCore:
     "The inner loop of vLLM V1: a scheduler plus a model executor, advanced one `step()` at a time."
@@ -226,28 +229,23 @@ def profile_kv_cache_memory(model, num_tokens: int, max_num_seqs: int, block_siz
     return max(int(total * gpu_memory_utilization) - peak - non_torch, 0)  # peak: with scratch KV
 
 # %% ../../nbs/21_engine_core.ipynb #60f0cbe1
-def default_max_num_batched_tokens(device: torch.device, max_num_seqs: int, max_model_len: int,
-                                   enable_chunked_prefill: bool) -> int:
-    "4096 on CPU, 8192 on GPU; at least `max_num_seqs`, and `max_model_len` unless chunking."
-    n = max(8192 if device.type == "cuda" else 4096, max_num_seqs)
-    return n if enable_chunked_prefill else max(n, max_model_len)
-
 def num_gpu_blocks_for(model, device: torch.device, args: EngineArgs, max_model_len: int,
-                       max_num_batched_tokens: int) -> int:
+                       max_num_batched_tokens: int, max_num_seqs: int) -> int:
     "The override, else the memory budget (profiled on GPU) divided by the bytes of one block."
     if args.num_gpu_blocks_override is not None: return args.num_gpu_blocks_override
     budget = args.kv_cache_memory_bytes
     if budget is None:
         budget = (DEFAULT_CPU_KV_CACHE_BYTES if device.type != "cuda" else
-                  profile_kv_cache_memory(model, max_num_batched_tokens, args.max_num_seqs,
+                  profile_kv_cache_memory(model, max_num_batched_tokens, max_num_seqs,
                                           args.block_size, args.gpu_memory_utilization,
                                           max_model_len))
-    useful = args.max_num_seqs * cdiv(max_model_len, args.block_size) + 1
+    useful = max_num_seqs * cdiv(max_model_len, args.block_size) + 1
     per_block = kv_cache_bytes_per_block(model.kv_cache_spec(), args.block_size)
     return num_blocks_for(budget, per_block, useful)
 
 # %% ../../nbs/21_engine_core.ipynb #d9030d9c
-def build_engine_core(args: EngineArgs, eos_token_id: int | None = None) -> EngineCore:
+def build_engine_core(args: EngineArgs, eos_token_id: int | None = None,
+                      usage_context: UsageContext = UsageContext.ENGINE_CONTEXT) -> EngineCore:
     "Load the model, size and allocate the KV cache, and build scheduler, worker and `EngineCore`."
     path, device = resolve_model_path(args.model), resolve_device(args.device)
     check_engine_args(args.attention_backend, device, args.scheduling_policy,
@@ -257,13 +255,14 @@ def build_engine_core(args: EngineArgs, eos_token_id: int | None = None) -> Engi
     model = load_model(path, args.dtype, device, args.attention_backend)
     eos_token_id = model.config.eos_token_id if eos_token_id is None else eos_token_id
     model_len = args.max_model_len or model.config.max_position_embeddings
-    batched = args.max_num_batched_tokens or default_max_num_batched_tokens(
-        device, args.max_num_seqs, model_len, args.enable_chunked_prefill)
-    num_blocks = num_gpu_blocks_for(model, device, args, model_len, batched)
+    memory, name = ((torch.cuda.get_device_properties(device).total_memory,
+                     torch.cuda.get_device_name(device)) if device.type == "cuda" else (0, ""))
+    batched, max_num_seqs = batch_limits(args, usage_context, model_len, device.type, memory, name)
+    num_blocks = num_gpu_blocks_for(model, device, args, model_len, batched, max_num_seqs)
     max_model_len = args.max_model_len or min(model_len, (num_blocks - 1) * args.block_size)
     scheduler_cls = AsyncScheduler if args.async_scheduling else Scheduler
     scheduler = scheduler_cls(
-        SchedulerConfig(max_num_batched_tokens=batched, max_num_seqs=args.max_num_seqs,
+        SchedulerConfig(max_num_batched_tokens=batched, max_num_seqs=max_num_seqs,
                         max_model_len=max_model_len,
                         enable_chunked_prefill=args.enable_chunked_prefill,
                         long_prefill_token_threshold=args.long_prefill_token_threshold,
@@ -271,7 +270,7 @@ def build_engine_core(args: EngineArgs, eos_token_id: int | None = None) -> Engi
         CacheConfig(block_size=args.block_size, num_gpu_blocks=num_blocks,
                     enable_prefix_caching=args.enable_prefix_caching),
         log_stats=not args.disable_log_stats)
-    runner = ModelRunner(model, args.max_num_seqs, max_model_len, batched, args.block_size,
+    runner = ModelRunner(model, max_num_seqs, max_model_len, batched, args.block_size,
                          device=device, eos_token_id=eos_token_id,
                          async_scheduling=args.async_scheduling)
     runner.initialize_kv_cache(num_blocks, args.block_size)
@@ -281,13 +280,14 @@ def build_engine_core(args: EngineArgs, eos_token_id: int | None = None) -> Engi
     if device.type == "cuda" and not args.enforce_eager:
         # CUDA only: CPU runs never import it
         from minivllm.compilation.cuda_graph import CUDAGraphWrapper
-        runner.model = CUDAGraphWrapper(model, max_num_seqs=args.max_num_seqs, device=device,
+        runner.model = CUDAGraphWrapper(model, max_num_seqs=max_num_seqs, device=device,
                                         max_num_blocks_per_req=cdiv(max_model_len, args.block_size))
         runner.model.capture()
     info = EngineInfo(model=str(path), model_name=path.name, device=str(device),
                       max_model_len=max_model_len, vocab_size=model.config.vocab_size,
                       eos_token_id=eos_token_id, num_gpu_blocks=num_blocks,
-                      block_size=args.block_size)
+                      block_size=args.block_size, max_num_batched_tokens=batched,
+                      max_num_seqs=max_num_seqs)
     executor = UniProcExecutor(runner) if args.async_scheduling else runner   # chapter 06
     return EngineCore(scheduler, executor, info=info)
 

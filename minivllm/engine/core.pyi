@@ -21,8 +21,9 @@ from ..worker.utils import make_attn_metadata
 from ..model_executor.models.llama import compile_and_warm_up, make_kv_caches
 from minivllm.model_executor.model_loader import compile_cache_dir, default_model_path, load_model
 from ..worker.gpu_model_runner import ModelRunner
-from .arg_utils import EngineArgs
-__all__ = ['DEFAULT_CPU_KV_CACHE_BYTES', 'TOKENIZER_FILES', 'SAMPLING_DEFAULT_FIELDS', 'kv_cache_bytes_per_block', 'num_blocks_for', 'EngineInfo', 'EngineCore', 'resolve_model_path', 'load_tokenizer', 'resolve_device', 'check_engine_args', 'profile_seq_lens', 'profile_kv_cache_memory', 'default_max_num_batched_tokens', 'num_gpu_blocks_for', 'build_engine_core', 'try_get_generation_config', 'get_diff_sampling_param']
+from .arg_utils import EngineArgs, batch_limits
+from ..usage.usage_lib import UsageContext
+__all__ = ['DEFAULT_CPU_KV_CACHE_BYTES', 'TOKENIZER_FILES', 'SAMPLING_DEFAULT_FIELDS', 'kv_cache_bytes_per_block', 'num_blocks_for', 'EngineInfo', 'EngineCore', 'resolve_model_path', 'load_tokenizer', 'resolve_device', 'check_engine_args', 'profile_seq_lens', 'profile_kv_cache_memory', 'num_gpu_blocks_for', 'build_engine_core', 'try_get_generation_config', 'get_diff_sampling_param']
 DEFAULT_CPU_KV_CACHE_BYTES = 1 << 30
 
 def kv_cache_bytes_per_block(kv_cache_spec, block_size: int) -> int:
@@ -44,6 +45,8 @@ class EngineInfo:
     eos_token_id: int | None
     num_gpu_blocks: int
     block_size: int
+    max_num_batched_tokens: int
+    max_num_seqs: int
 
 class EngineCore:
     """The inner loop of vLLM V1: a scheduler plus a model executor, advanced one `step()` at a time."""
@@ -128,15 +131,11 @@ def profile_kv_cache_memory(model, num_tokens: int, max_num_seqs: int, block_siz
     """GPU bytes left for the KV cache after the largest step (vLLM's `determine_available_memory`)."""
     ...
 
-def default_max_num_batched_tokens(device: torch.device, max_num_seqs: int, max_model_len: int, enable_chunked_prefill: bool) -> int:
-    """4096 on CPU, 8192 on GPU; at least `max_num_seqs`, and `max_model_len` unless chunking."""
-    ...
-
-def num_gpu_blocks_for(model, device: torch.device, args: EngineArgs, max_model_len: int, max_num_batched_tokens: int) -> int:
+def num_gpu_blocks_for(model, device: torch.device, args: EngineArgs, max_model_len: int, max_num_batched_tokens: int, max_num_seqs: int) -> int:
     """The override, else the memory budget (profiled on GPU) divided by the bytes of one block."""
     ...
 
-def build_engine_core(args: EngineArgs, eos_token_id: int | None=None) -> EngineCore:
+def build_engine_core(args: EngineArgs, eos_token_id: int | None=None, usage_context: UsageContext=UsageContext.ENGINE_CONTEXT) -> EngineCore:
     """Load the model, size and allocate the KV cache, and build scheduler, worker and `EngineCore`."""
     ...
 SAMPLING_DEFAULT_FIELDS = ('repetition_penalty', 'presence_penalty', 'frequency_penalty', 'temperature', 'top_k', 'top_p', 'min_p', 'max_new_tokens', 'skip_special_tokens')

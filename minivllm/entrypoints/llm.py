@@ -20,6 +20,7 @@ from ..metrics.stats import IterationStats
 from ..engine.core import (build_engine_core, get_diff_sampling_param, load_tokenizer,
                                   resolve_model_path, try_get_generation_config)
 from ..metrics.loggers import StatLogger
+from ..usage.usage_lib import UsageContext
 from ..metrics.reader import Metric
 from ..inputs.llm import parse_prompts
 from ..engine.input_processor import (check_prompt, check_sampling_params, fan_out,
@@ -50,7 +51,7 @@ class LLM:
         self.generation_config = try_get_generation_config(self.model_path, args.generation_config)
         self.default_sampling_params: dict | None = None
         eos = self.tokenizer.eos_token_id if self.tokenizer is not None else None
-        self.engine_core = build_engine_core(args, eos_token_id=eos)
+        self.engine_core = build_engine_core(args, eos, UsageContext.LLM_CLASS)  # LLM's defaults
         info = self.engine_core.info
         self.device, self.max_model_len = torch.device(info.device), info.max_model_len
         self.eos_token_id, self.block_size = info.eos_token_id, info.block_size

@@ -15,6 +15,7 @@ from ..outputs import RequestOutput
 from ..metrics.stats import IterationStats
 from ..engine.core import build_engine_core, get_diff_sampling_param, load_tokenizer, resolve_model_path, try_get_generation_config
 from ..metrics.loggers import StatLogger
+from ..usage.usage_lib import UsageContext
 from ..metrics.reader import Metric
 from ..inputs.llm import parse_prompts
 from ..engine.input_processor import check_prompt, check_sampling_params, fan_out, prepare_sampling_params

@@ -20,6 +20,7 @@ from ...core.sched.output import Logprob
 from ...outputs import CompletionOutput, RequestOutput
 from ...sampling_params import RequestOutputKind
 from ...engine.core import get_diff_sampling_param
+from ...usage.usage_lib import UsageContext
 from ...engine.async_llm import (AsyncLLM, EngineDeadError, EngineRequestError,
                                        INT64_MAX, INT64_MIN)
 
@@ -33,7 +34,7 @@ __all__ = ['REQUEST_FIELDS', 'UNSUPPORTED', 'DEFAULTED', 'router', 'METRIC_HELP'
            'until_disconnected', 'respond', 'health', 'show_available_models', 'stats', 'EngineMetricsCollector',
            'metrics', 'TokenizeRequest', 'DetokenizeRequest', 'tokenize', 'detokenize', 'show_version', 'ping',
            'create_completion', 'create_chat_completion', 'error_body', 'watch_engine', 'lifespan', 'add_api_key',
-           'build_app', 'serve', 'serve_in_thread']
+           'build_app', 'build_async_engine_client', 'serve', 'serve_in_thread']
 
 # %% ../../../nbs/25_api_server.ipynb #bf1ed695
 def error_response(message: str, status_code: int = 400, err_type: str = "BadRequestError",
@@ -749,13 +750,17 @@ def build_app(async_llm: AsyncLLM, model_name: str | None = None,
     return app
 
 # %% ../../../nbs/25_api_server.ipynb #9d8c0a29
+def build_async_engine_client(model: str | None = None, **engine_kwargs) -> AsyncLLM:
+    "The server's engine (vLLM's name): an `AsyncLLM` with a server's batch defaults (chapter 21)."
+    return AsyncLLM(model, usage_context=UsageContext.OPENAI_API_SERVER, **engine_kwargs)
+
 def serve(model: str | None = None, host: str = "127.0.0.1", port: int = 8000,
           model_name: str | None = None, keep_alive_on_engine_death: bool = False,
           api_key: str | None = None, trust_request_chat_template: bool = False,
           **engine_kwargs) -> None:
     "Serve `model` (default: the embedded SmolLM2) until interrupted, or until the engine dies."
     import uvicorn
-    with AsyncLLM(model, **engine_kwargs) as async_llm:
+    with build_async_engine_client(model, **engine_kwargs) as async_llm:
         app = build_app(async_llm, model_name, keep_alive_on_engine_death, api_key,
                         trust_request_chat_template)
         app.state.server = uvicorn.Server(uvicorn.Config(app, host=host, port=port,
