@@ -3,8 +3,8 @@
 # %% auto #0
 __all__ = ['STACKED_PARAMS', 'HUGE_PAGE', 'DEFAULT_MODEL', 'check_config', 'safetensors_files', 'checkpoint_names',
            'load_weights', 'resolve_dtype', 'load_model', 'process_weights_after_loading', 'empty_on_huge_pages',
-           'params_on_huge_pages', 'huge_page_kib', 'compile_cache_dir', 'embedded_gguf', 'convert_gguf',
-           'default_model_path']
+           'huge_page_views', 'params_on_huge_pages', 'panels_on_huge_pages', 'huge_page_kib', 'compile_cache_dir',
+           'embedded_gguf', 'convert_gguf', 'default_model_path']
 
 # %% ../../nbs/13_model.ipynb #366c84c2
 import importlib.util, itertools, json, mmap, os, shutil, tempfile
@@ -130,9 +130,9 @@ def load_model(model_path, dtype="auto", device="cpu", attn_backend="auto") -> L
 
 def process_weights_after_loading(model: LlamaForCausalLM):
     "vLLM's last loading step: each product's weight also in the layout its CPU kernel reads best."
-    for module in model.modules():
-        if isinstance(module, Linear) or module is model.lm_head:
-            dispatch_cpu_unquantized_gemm(module)
+    products = [m for m in model.modules() if isinstance(m, Linear) or m is model.lm_head]
+    for module in products: dispatch_cpu_unquantized_gemm(module)
+    panels_on_huge_pages([m for m in products if getattr(m, "panel_weight", None) is not None])
 
 # %% ../../nbs/13_model.ipynb #5e1a7c02
 HUGE_PAGE = 2 << 20    # bytes: a transparent huge page on x86-64 (and most ARM64 kernels)
@@ -148,13 +148,23 @@ def empty_on_huge_pages(nbytes: int) -> torch.Tensor:
     start = -raw.data_ptr() % HUGE_PAGE                # huge pages start at multiples of 2 MiB
     return raw[start:start + nbytes]
 
+def huge_page_views(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    "Uninitialised tensors shaped like `tensors`, 64-byte aligned, in one `empty_on_huge_pages`."
+    sizes = [-(-t.numel() * t.element_size() // 64) * 64 for t in tensors]
+    block = empty_on_huge_pages(sum(sizes))
+    return [block[start:start + t.numel() * t.element_size()].view(t.dtype).view(t.shape)
+            for t, start in zip(tensors, itertools.accumulate(sizes, initial=0))]
+
 def params_on_huge_pages(model: nn.Module):
     "Give every parameter new, uninitialised storage, all in one block of `empty_on_huge_pages`."
     params = list(model.parameters())                  # a tied weight once
-    sizes = [-(-p.numel() * p.element_size() // 64) * 64 for p in params]   # 64-byte aligned
-    block = empty_on_huge_pages(sum(sizes))
-    for p, start in zip(params, itertools.accumulate(sizes, initial=0)):
-        p.data = block[start:start + p.numel() * p.element_size()].view(p.dtype).view(p.shape)
+    for p, view in zip(params, huge_page_views(params)): p.data = view
+
+def panels_on_huge_pages(products: list[nn.Module]):
+    "Move the products' `panel_weight`s (our kernel's copies) into one block on huge pages."
+    if not products: return                            # no panels: not a CPU with our kernel
+    views = huge_page_views([m.panel_weight for m in products])
+    for module, view in zip(products, views): module.panel_weight = view.copy_(module.panel_weight)
 
 def huge_page_kib(t: torch.Tensor) -> int:
     "KiB of the mapping holding `t` that Linux backs with huge pages (0 elsewhere: no /proc)."
