@@ -31,3 +31,17 @@ def test_profile_splits_past_the_models_positions(tiny_qwen3_path, cuda_memory_o
     budget = profile_kv_cache_memory(model, num_tokens, 8, 16, 0.9, max_model_len=positions)
     assert budget == int(cuda_memory_on_cpu * 0.9) - (300 << 20)   # total x 0.9 - peak - 0 other
     assert profile_seq_lens(num_tokens, positions) == [positions, positions // 2]
+
+
+def test_cpu_kv_cache_is_one_zeroed_block_on_huge_pages(tiny_llama_path):
+    "Every layer's cache in one block (chapter 14), zeroed, on 2 MiB pages where Linux gives them."
+    from pathlib import Path
+    from minivllm.entrypoints.llm import LLM
+    from minivllm.model_executor.model_loader import HUGE_PAGE, huge_page_kib
+    llm = LLM(tiny_llama_path, num_gpu_blocks=64, max_model_len=256, enforce_eager=True)
+    caches = llm.engine_core.model_executor.kv_caches
+    assert len(caches) > 1 and len({c.untyped_storage().data_ptr() for c in caches}) == 1
+    assert all(not c.any() for c in caches)
+    thp = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+    if thp.exists() and "[never]" not in thp.read_text():
+        assert caches[0].data_ptr() % HUGE_PAGE == 0 and huge_page_kib(caches[0]) > 0

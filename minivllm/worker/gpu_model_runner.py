@@ -58,9 +58,14 @@ def initialize_kv_cache(self: ModelRunner, num_blocks: int,
     if block_size != self.block_size:
         raise ValueError(f"block_size {block_size} differs from the runner's {self.block_size}")
     num_layers, num_kv_heads, head_dim, dtype = self.model.kv_cache_spec()
-    self.kv_caches = [torch.zeros(num_blocks, 2, block_size, num_kv_heads, head_dim, dtype=dtype,
-                                  device=self.device)
-                      for _ in range(num_layers)]
+    shape = (num_blocks, 2, block_size, num_kv_heads, head_dim)
+    if torch.device(self.device).type == "cpu":    # one block on huge pages (chapter 13)
+        from minivllm.model_executor.model_loader import huge_page_views
+        layer = torch.empty(shape, dtype=dtype, device="meta")
+        self.kv_caches = [t.zero_() for t in huge_page_views([layer] * num_layers)]
+    else:
+        self.kv_caches = [torch.zeros(shape, dtype=dtype, device=self.device)
+                          for _ in range(num_layers)]
     self.model.bind_kv_caches(self.kv_caches)
     return self.kv_caches
 
