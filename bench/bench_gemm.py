@@ -6,7 +6,9 @@ about 425 MB, more than any cache), each multiplied by an input of M rows, for M
 second and oneDNN's speed-up over `F.linear`; then oneDNN on the weights packed once in its own layout (as
 `dispatch_cpu_unquantized_gemm` packs them, vLLM's), in GFLOP/s, and its speed-up over the plain weights; then,
 where it builds (AVX-512), our kernel on the same weights in its panels (`cpu_gemm`, which the engine uses for up to
-`CPU_GEMM_MAX_ROWS` rows) and its speed-up over oneDNN's packed product; all measured in the same run. With
+`CPU_GEMM_MAX_ROWS` rows) and its speed-up over oneDNN's packed product, its panels in one block on huge pages as
+the engine keeps them (`panels_on_huge_pages`), and the same panels on ordinary 4 KiB pages (where `pack_panels`
+allocates them) with the huge pages' speed-up over them; all measured in the same run. With
 `--compile` also the one-row product written as `(weight * x).sum(-1)` under
 `torch.compile` (the branch `unquantized_gemm` takes inside a compiled graph), all in one compiled graph.
 
@@ -19,6 +21,7 @@ import types
 import torch
 import torch.nn.functional as F
 
+from minivllm.model_executor.model_loader import huge_page_views
 from minivllm.model_executor.models.llama import (cpu_gemm, cpu_gemm_library, dispatch_cpu_unquantized_gemm,
                                                  pack_panels)
 
@@ -56,10 +59,11 @@ def main():
     onednn = torch.ops.mkldnn._linear_pointwise
     print(f"{len(weights)} products over {gb * 1e3:.0f} MB of float32 weights, {args.threads} threads")
     packed = [packed_copy(w) for w in weights]
-    panels = [pack_panels(w) for w in weights] if cpu_gemm_library() else None
+    small_pages = [pack_panels(w) for w in weights] if cpu_gemm_library() else None
+    panels = small_pages and [view.copy_(p) for view, p in zip(huge_page_views(small_pages), small_pages)]
     print(f"{'rows':>5} {'F.linear ms':>12} {'GB/s':>6} {'oneDNN ms':>10} {'GB/s':>6} {'speed-up':>9} "
           f"{'packed ms':>10} {'GFLOP/s':>8} {'vs plain':>9}"
-          + (f" {'ours ms':>8} {'GFLOP/s':>8} {'vs packed':>10}" if panels else ""))
+          + (f" {'ours ms':>8} {'GFLOP/s':>8} {'vs packed':>10} {'4 KiB ms':>9} {'huge':>6}" if panels else ""))
     for m in args.rows:
         xs = {k: torch.randn(m, k) for k in {w.shape[1] for w in weights}}
         t_mkl = best_ms(lambda: [F.linear(xs[w.shape[1]], w) for w in weights])
@@ -71,7 +75,9 @@ def main():
         ours = ""
         if panels:
             t_ours = best_ms(lambda: [cpu_gemm(xs[w.shape[1]], p) for w, p in zip(weights, panels)])
-            ours = f" {t_ours:>8.1f} {gflop / t_ours * 1e3:>8.1f} {t_pack / t_ours:>9.2f}x"
+            t_small = best_ms(lambda: [cpu_gemm(xs[w.shape[1]], p) for w, p in zip(weights, small_pages)])
+            ours = (f" {t_ours:>8.1f} {gflop / t_ours * 1e3:>8.1f} {t_pack / t_ours:>9.2f}x"
+                    f" {t_small:>9.1f} {t_small / t_ours:>5.2f}x")
         print(f"{m:>5} {t_mkl:>12.1f} {gb / t_mkl * 1e3:>6.1f} {t_dnn:>10.1f} {gb / t_dnn * 1e3:>6.1f} "
               f"{t_mkl / t_dnn:>8.2f}x {t_pack:>10.1f} {gflop / t_pack * 1e3:>8.1f} {t_dnn / t_pack:>8.2f}x"
               + ours, flush=True)
