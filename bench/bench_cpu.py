@@ -259,7 +259,9 @@ def token_bytes(model, context):
 
 
 def token_breakdown(llm, prompt, max_tokens=128):
-    "Wall ms per token of a single stream in attention, the logits, the rest of the model and the engine (no profiler)."
+    """Wall ms per token of a single stream in attention, the logits, the rest of the model and the engine (no profiler).
+    Attention is timed where Python calls the backend: compiled one-token steps attend inside their graphs (the C++
+    op of chapter 12), so theirs counts in the rest of the model."""
     model, backend = llm.model, llm.model.attn_backend
     spent = dict.fromkeys(["attention", "logits", "model forward"], 0.0)
     wrapped = [(model, "forward", "model forward"), (model, "compute_logits", "logits"),
@@ -280,7 +282,7 @@ def token_breakdown(llm, prompt, max_tokens=128):
         for (obj, attr, _), old in zip(wrapped, own):
             if old is None: delattr(obj, attr)
             else: setattr(obj, attr, old)
-    parts = {"attention (write + attend)": spent["attention"],
+    parts = {"attention from Python (write + attend)": spent["attention"],
              "rest of the model": spent["model forward"] - spent["attention"], "logits": spent["logits"],
              "engine (outside the model)": total - spent["model forward"] - spent["logits"]}
     ms = lambda sec: sec / max_tokens * 1e3

@@ -27,8 +27,12 @@ def set_forward_context(attn_metadata: AttentionMetadata, attn_backend):
     "Publish the step's attention metadata and backend to every layer for one forward pass."
     previous = getattr(_forward_context, "current", None)
     _forward_context.current = ForwardContext(attn_metadata, attn_backend)
+    attn_backend.publish(attn_metadata)       # where its ops read the step outside Python (below)
     try: yield
-    finally: _forward_context.current = previous
+    finally:
+        _forward_context.current = previous
+        attn_backend.publish(None)
+        if previous is not None: previous.attn_backend.publish(previous.attn_metadata)
 
 def get_forward_context() -> ForwardContext:
     "The forward pass's context; `RuntimeError` outside `set_forward_context`."

@@ -12,11 +12,12 @@ if not torch.cuda.is_available():
 from hypothesis import given, settings, strategies as st
 
 from minivllm.attention.backends.cpu_attn import (cpu_attention_with_kv_cache, cpu_attn_library,
-    cpu_attn_reshape_and_cache)
+    cpu_attn_op_library, cpu_attn_reshape_and_cache)
 from minivllm.attention.backends.triton_attn import (AttentionMetadata,
     paged_attention_ref, reshape_and_cache, reshape_and_cache_ref, split_kv_decode_attention,
     torch_paged_attention, unified_attention)
 from minivllm.attention.selector import get_attn_backend
+from minivllm.forward_context import set_forward_context
 from minivllm.testing.attention import make_paged_batch
 
 CUDA = torch.cuda.is_available()
@@ -314,6 +315,45 @@ def test_cpu_backend_falls_back_where_the_kernel_does_not_apply():
     with pytest.raises(ValueError, match="expected layout"):
         cpu_attention_with_kv_cache(query.to(torch.bfloat16), cache, md, 0.125, torch.empty_like(query))
 
+
+
+OP = pytest.mark.skipif(cpu_attn_op_library() is None, reason="the C++ op did not build (compiler, torch headers)")
+
+
+@OP
+@settings(max_examples=30, deadline=None)
+@given(reqs=st.lists(st.tuples(st.integers(1, 40), st.integers(0, 70)), min_size=1, max_size=8),
+       block_size=st.sampled_from([16, 32]), qpk=st.sampled_from([1, 2, 3, 5]), d=st.sampled_from([32, 64, 128]),
+       share=st.integers(0, 2), pad=st.integers(0, 2), seed=st.integers(0, 1000))
+def test_cpu_layer_attention_op_writes_and_attends_like_the_reference(reqs, block_size, qpk, d, share, pad, seed):
+    "The C++ op reads the step from the forward context: the reference's write, then the reference on every row."
+    q_lens, ctx_lens = zip(*reqs)
+    query, key, value, cache, md = make_paged_batch(list(q_lens), list(ctx_lens), block_size=block_size,
+                                                    num_kv_heads=2, qpk=qpk, head_dim=d, share_prefix=share,
+                                                    pad=pad, seed=seed)
+    ref_cache = cache.clone()
+    reshape_and_cache_ref(key, value, ref_cache, md.slot_mapping)
+    with set_forward_context(md, get_attn_backend("cpu", "cpu")):
+        out = torch.ops.minivllm.cpu_layer_attention(query, key, value, cache, d ** -0.5)
+    assert torch.equal(cache, ref_cache)
+    torch.testing.assert_close(out, paged_attention_ref(query, ref_cache, md, d ** -0.5), atol=1e-5, rtol=1e-5)
+
+
+@OP
+def test_cpu_layer_attention_op_refuses_what_it_cannot_read():
+    "No step published (no pass, another backend's, a pass ended), rows of another kind or count, a slot outside."
+    query, key, value, cache, md = make_paged_batch([1, 3], [20, 5], num_kv_heads=2, qpk=2, pad=1)
+    op, before = torch.ops.minivllm.cpu_layer_attention, cache.clone()
+    with pytest.raises(RuntimeError, match="no forward context"): op(query, key, value, cache, 0.125)
+    with set_forward_context(md, get_attn_backend("torch", "cpu")):
+        with pytest.raises(RuntimeError, match="no forward context"): op(query, key, value, cache, 0.125)
+    with set_forward_context(md, get_attn_backend("cpu", "cpu")):
+        for q in (query.bfloat16(), query[:-1], query.transpose(1, 2)):
+            with pytest.raises(RuntimeError, match="must be float32 rows"): op(q, key, value, cache, 0.125)
+        md.slot_mapping[0] = cache.shape[0] * cache.shape[2]                 # num_blocks * block_size
+        with pytest.raises(RuntimeError, match="outside the cache"): op(query, key, value, cache, 0.125)
+    assert torch.equal(cache, before)
+    with pytest.raises(RuntimeError, match="no forward context"): op(query, key, value, cache, 0.125)
 
 # ---------------------------------------------------------------- CUDA-graph padding and launch rules
 @pytest.mark.parametrize("kernel", ["split_kv", "unified", "torch", "cpu"])

@@ -555,6 +555,8 @@ class TorchAttentionBackend:
 
     def forward(self, query, kv_cache, attn_metadata, scale):
         return torch_paged_attention(query, kv_cache, attn_metadata, scale)
+    def publish(self, attn_metadata):
+        "Nothing: every op of this backend reads the step from Python (the forward context, below)."
     def __repr__(self): return "TorchAttentionBackend()"
 
 class TritonAttentionBackend:
@@ -564,4 +566,5 @@ class TritonAttentionBackend:
         reshape_and_cache(key, value, kv_cache, slot_mapping)
     def forward(self, query, kv_cache, attn_metadata, scale):
         return triton_paged_attention(query, kv_cache, attn_metadata, scale)
+    publish = TorchAttentionBackend.publish
     def __repr__(self): return "TritonAttentionBackend()"

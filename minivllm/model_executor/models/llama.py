@@ -22,7 +22,8 @@ from torch import nn
 from fastcore.basics import patch
 from tqdm import tqdm
 from ...attention.backends.triton_attn import AttentionMetadata, PAD_SLOT_ID, _on_device
-from ...attention.backends.cpu_attn import build_cpu_library, cpu_flags
+from ...attention.backends.cpu_attn import (CPU_ATTN_HEAD_SIZES, build_cpu_library,
+                                                  cpu_attn_op_library, cpu_flags)
 from ...forward_context import get_forward_context, set_forward_context
 from ...platforms.cpu import CPU_INDUCTOR_CONFIG
 import triton                  # after the attention module: it picks the interpreter on a CPU
@@ -316,6 +317,7 @@ ARCHITECTURES = {  # Hugging Face architecture -> how its attention differs from
 
 class LlamaAttention(nn.Module):
     "Grouped-query self-attention with RoPE; K/V go to and from the paged cache via the backend."
+    cpu_attention_op = False    # compile_and_warm_up sets it: chapter 12's op in one-token graphs
     def __init__(self, config):
         super().__init__()
         variant = ARCHITECTURES[config.architectures[0]]
@@ -352,7 +354,9 @@ def forward(self: LlamaAttention, x, positions, cos_sin, kv_cache):
                             self.k_norm.forward_native(qk[:, hq:])), 1)
         qk = apply_rope(qk, *cos_sin)                              # q and k rotated together
     q, k = qk[:, :hq], qk[:, hq:]
-    attend = layer_attention_op if torch.compiler.is_compiling() else layer_attention
+    if not torch.compiler.is_compiling(): attend = layer_attention
+    elif n == 1 and self.cpu_attention_op: attend = torch.ops.minivllm.cpu_layer_attention
+    else: attend = layer_attention_op                  # (the C++ op calls no Python: chapter 12)
     out = attend(q, k, v, kv_cache, self.scaling)
     return self.o_proj(out.view(n, self.q_size))
 
@@ -558,6 +562,11 @@ def compile_and_warm_up(model: LlamaForCausalLM, cache: Path | None = None) -> b
     blocks = (kv.shape[1:], kv.dtype, kv.device)          # any number of blocks of this kind
     step, logits = type(layer).forward, type(model).compute_logits
     hidden = kv.new_zeros(1, model.config.hidden_size)
+    cpp_op = (model.attn_backend.name == "cpu" and kv.dtype == torch.float32      # what it takes
+              and get_head_dim(model.config) in CPU_ATTN_HEAD_SIZES
+              and cpu_attn_op_library() is not None)
+    for m in inner.modules():     # one-token graphs attend in C++, calling no Python (chapter 12)
+        if hasattr(m, "cpu_attention_op"): m.cpu_attention_op = cpp_op
     graphs = {"single-token steps": (step, layer, layer_example(model, 1), (1, blocks)),
               "steps of 2+ tokens": (step, layer, layer_example(model, 2), (2, blocks)),
               "one-row logits": (logits, model, (hidden,), 1)}

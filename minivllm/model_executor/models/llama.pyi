@@ -9,7 +9,7 @@ from torch import nn
 from fastcore.basics import patch
 from tqdm import tqdm
 from ...attention.backends.triton_attn import AttentionMetadata, PAD_SLOT_ID, _on_device
-from ...attention.backends.cpu_attn import build_cpu_library, cpu_flags
+from ...attention.backends.cpu_attn import CPU_ATTN_HEAD_SIZES, build_cpu_library, cpu_attn_op_library, cpu_flags
 from ...forward_context import get_forward_context, set_forward_context
 from ...platforms.cpu import CPU_INDUCTOR_CONFIG
 import triton
@@ -129,6 +129,7 @@ ARCHITECTURES = {'LlamaForCausalLM': {}, 'Qwen2ForCausalLM': {'qkv_bias': True, 
 
 class LlamaAttention(nn.Module):
     """Grouped-query self-attention with RoPE; K/V go to and from the paged cache via the backend."""
+    cpu_attention_op = False
 
     def __init__(self, config):
         ...

@@ -1,0 +1,68 @@
+"""One-token steps with attention through Python or through the C++ op: a single stream's tokens, in one process.
+
+A compiled layer calls attention as an op in the middle of its graph. Through `minivllm::layer_attention` the
+dispatcher calls back into Python (the forward context, the checks, two `ctypes` calls); through
+`minivllm::cpu_layer_attention` (chapter 12) it stays in C++, the step's metadata published once per forward pass.
+This builds the default engine (whose one-token graphs call the C++ op), compiles the same one-token graph again
+with the Python op (as the engine did before), and alternates the two in one process: milliseconds per token of a
+single stream (128 greedy tokens after a 26-token prompt), the median and best of `--repeat` rounds, and the median
+of the paired differences. Steps of 2+ tokens (the prefill) run the same graph in both. Run it alone: another
+process on the cores moves the token times by more than the difference.
+Usage: python bench/bench_attention_op.py [--repeat 9]
+"""
+import argparse
+import random
+import statistics
+import time
+import types
+
+from minivllm.entrypoints.llm import LLM
+from minivllm.model_executor.model_loader import compile_cache_dir, default_model_path
+from minivllm.model_executor.models.llama import aot_compiled, by_rows, layer_example
+from minivllm.sampling_params import SamplingParams
+
+
+def python_op_forward(llm):
+    "The layers' forward with the one-token graph compiled to call attention through Python (the op before)."
+    model, layers = llm.model, llm.model.model.layers
+    kv = model.kv_caches[0]
+    for layer in layers: layer.self_attn.cpu_attention_op = False
+    try:
+        one_row = aot_compiled(type(layers[0]).forward, layers[0], layer_example(model, 1),
+                               (1, (kv.shape[1:], kv.dtype, kv.device)), compile_cache_dir())
+    finally:
+        for layer in layers: layer.self_attn.cpu_attention_op = True
+    return by_rows(one_row, layers[0].forward.__func__.more_rows)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=9)
+    args = ap.parse_args()
+    llm = LLM(default_model_path(), num_gpu_blocks=256)
+    layers = llm.model.model.layers
+    assert layers[0].self_attn.cpu_attention_op, "the C++ op did not build here: nothing to compare"
+    variants = {"attention op in Python": python_op_forward(llm),
+                "attention op in C++ (the engine)": layers[0].forward.__func__}
+    rng = random.Random(32)
+    prompt = [[rng.randrange(100, 49152) for _ in range(26)]]
+    params = SamplingParams(temperature=0, max_tokens=128, ignore_eos=True)
+    tokens = {name: [] for name in variants}
+    for round in range(args.repeat + 1):                 # the first round checks the tokens
+        outs = []
+        for name, fn in (variants.items() if round % 2 else reversed(variants.items())):
+            for layer in layers: layer.forward = types.MethodType(fn, layer)
+            llm.reset_prefix_cache()
+            t = time.perf_counter()
+            outs.append(llm.generate(prompt, params, use_tqdm=False)[0].outputs[0].token_ids)
+            if round: tokens[name].append((time.perf_counter() - t) / 128 * 1e3)
+        assert outs[0] == outs[1], "the two ways gave different tokens"
+    python, cpp = tokens.values()
+    for name, times in tokens.items():
+        print(f"single stream, {name}: median {statistics.median(times):.2f} ms, best {min(times):.2f} ms a token")
+    saved = statistics.median(a - b for a, b in zip(python, cpp))
+    print(f"the C++ op saves {saved:.2f} ms a token (paired median), {saved / statistics.median(python):.1%}")
+
+
+if __name__ == "__main__":
+    main()
