@@ -4,9 +4,10 @@
 executes it (nbdev's own `execnb.CaptureShell`, in the notebook's folder, `IN_TEST=1`, the
 repository root on `sys.path`, cells carrying a flag of `tst_flags` in settings.ini -- `notest`,
 `slow`, `gpu` -- or `#| eval: false` are not run, nor `nbdev_export()` cells, nor notebooks whose
-front matter says `skip_exec` or that sit next to a `.notest` file). The first error stops that
-notebook and fails the run, with nbdev's traceback; so does running past `--timeout` (a hung
-notebook must not hold CI until its limit).
+front matter says `skip_exec` or that sit next to a `.notest` file), each in a process of its
+own (what one leaves in memory must not add up). The first error stops that notebook and fails
+the run, with nbdev's traceback; so does running past `--timeout` (a hung notebook must not hold
+CI until its limit).
 
 What nbdev_test throws away is kept: the executed notebook -- the source notebook with every
 cell that ran carrying its fresh outputs (a skipped cell keeps the outputs saved in nbs/) -- is
@@ -21,7 +22,8 @@ Usage (from the repository root):
 With no NOTEBOOK, every notebook of nbs/ (and the files beside them, e.g. images, are copied
 into DIR so the site finds them). Exit status 1 if any notebook failed.
 """
-import argparse, json, os, shutil, signal, sys, time, traceback
+import argparse, functools, json, multiprocessing, os, shutil, signal, sys, time, traceback
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -175,16 +177,19 @@ def main(argv=None):
     old = json.loads(last.read_text()) if last.exists() else {}
     files.sort(key=lambda f: -old.get(f.name, 0))
     items = [(f, out / f.name) for f in files]
-    # A worker process runs several notebooks, and Triton decides at its first import whether its
-    # kernels are interpreted: on a machine without CUDA every worker starts interpreting, as each
-    # chapter that defines kernels asks, whichever notebook imported Triton first.
+    # Triton decides at its first import whether its kernels are interpreted: on a machine without
+    # CUDA every notebook's process starts interpreting, as each chapter that defines kernels asks.
     import torch
     if not torch.cuda.is_available(): os.environ.setdefault("TRITON_INTERPRET", "1")
     start = time.time()
-    from fastcore.parallel import parallel
-    res = parallel(_worker, items, skip_flags=skip_flags, force_flags=force_flags,
-                   nb_timeout=a.timeout, n_workers=a.n_workers if len(items) > 1 else 0,
-                   pause=0.01, progress=False)
+    run = functools.partial(_worker, skip_flags=skip_flags, force_flags=force_flags,
+                            nb_timeout=a.timeout)
+    if len(items) == 1: res = [run(items[0])]
+    else:   # a fresh process per notebook: what one leaves in memory (models, compiled code, the
+            # allocator's arenas) must not add up over the notebooks a worker runs (an OOM kill)
+        with ProcessPoolExecutor(a.n_workers, mp_context=multiprocessing.get_context("spawn"),
+                                 max_tasks_per_child=1) as pool:
+            res = list(pool.map(run, items))
     times = {f.name: t for f, (ok, t) in zip(files, res)}
     if not a.notebooks:
         last.parent.mkdir(parents=True, exist_ok=True)

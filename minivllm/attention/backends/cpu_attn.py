@@ -431,7 +431,8 @@ def cpu_attn_op_library():
 
 @patch
 def publish(self: CPUAttentionBackend, attn_metadata):
-    "Pointers to the step's metadata for `cpu_layer_attention` (C++); None (or another layout): none"
+    "Pointers to the step's metadata for `cpu_layer_attention` (C++); None, another layout: none."
+    if not hasattr(torch.ops.minivllm, "cpu_layer_attention"): return   # not asked for: no reader
     lib = cpu_attn_op_library()
     if lib is None: return
     m, none = attn_metadata, (None, None, None, 0, 0, None, 0)
