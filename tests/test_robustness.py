@@ -205,13 +205,14 @@ def _wait_for(predicate, timeout):
 def test_frozen_engine_is_noticed(tiny_llama_path, keep_alive):
     """SIGSTOP the engine: /health turns 503, an in-flight request gets an error, within 5 s; then the
     server exits with a log line (or stays up answering 503 when told to). No traceback reaches clients."""
-    with AsyncLLM(tiny_llama_path, num_threads=1, **TINY) as async_llm:
+    # a request long enough to be still running when the engine stops, on a loaded machine too
+    with AsyncLLM(tiny_llama_path, num_threads=1, **{**TINY, "max_model_len": 1024}) as async_llm:
         app = build_app(async_llm, "tiny", keep_alive_on_engine_death=keep_alive)
         with serve_in_thread(app) as url:
             assert httpx.get(f"{url}/health").status_code == 200
             results = {}
             def stream():
-                body = {"prompt": [1, 2, 3], "max_tokens": 200, "ignore_eos": True, "stream": True}
+                body = {"prompt": [1, 2, 3], "max_tokens": 1000, "ignore_eos": True, "stream": True}
                 with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=30) as r:
                     results["lines"] = [line for line in r.iter_lines() if line]
             reader = threading.Thread(target=stream); reader.start()
