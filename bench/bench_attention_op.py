@@ -11,15 +11,12 @@ process on the cores moves the token times by more than the difference.
 Usage: python bench/bench_attention_op.py [--repeat 9]
 """
 import argparse
-import random
 import statistics
-import time
-import types
 
+from bench_layer_call import single_stream_ms
 from minivllm.entrypoints.llm import LLM
 from minivllm.model_executor.model_loader import compile_cache_dir, default_model_path
 from minivllm.model_executor.models.llama import aot_compiled, by_rows, layer_example
-from minivllm.sampling_params import SamplingParams
 
 
 def python_op_forward(llm):
@@ -44,19 +41,7 @@ def main():
     assert layers[0].self_attn.cpu_attention_op, "the C++ op did not build here: nothing to compare"
     variants = {"attention op in Python": python_op_forward(llm),
                 "attention op in C++ (the engine)": layers[0].forward.__func__}
-    rng = random.Random(32)
-    prompt = [[rng.randrange(100, 49152) for _ in range(26)]]
-    params = SamplingParams(temperature=0, max_tokens=128, ignore_eos=True)
-    tokens = {name: [] for name in variants}
-    for round in range(args.repeat + 1):                 # the first round checks the tokens
-        outs = []
-        for name, fn in (variants.items() if round % 2 else reversed(variants.items())):
-            for layer in layers: layer.forward = types.MethodType(fn, layer)
-            llm.reset_prefix_cache()
-            t = time.perf_counter()
-            outs.append(llm.generate(prompt, params, use_tqdm=False)[0].outputs[0].token_ids)
-            if round: tokens[name].append((time.perf_counter() - t) / 128 * 1e3)
-        assert outs[0] == outs[1], "the two ways gave different tokens"
+    tokens = single_stream_ms(llm, variants, args.repeat)
     python, cpp = tokens.values()
     for name, times in tokens.items():
         print(f"single stream, {name}: median {statistics.median(times):.2f} ms, best {min(times):.2f} ms a token")

@@ -212,6 +212,17 @@ def test_torch_backend_random_batches(reqs, block_size, qpk, share, pad, seed):
 
 # ---------------------------------------------------------------- cpu backend: the C++ kernel for decode rows
 KERNEL = pytest.mark.skipif(cpu_attn_library() is None, reason="the C++ kernel did not build (no compiler)")
+RANDOM_BATCHES = dict(   # requests (query length, context length), the cache's layout, a seed
+    reqs=st.lists(st.tuples(st.integers(1, 40), st.integers(0, 70)), min_size=1, max_size=8),
+    block_size=st.sampled_from([16, 32]), qpk=st.sampled_from([1, 2, 3, 5]), d=st.sampled_from([32, 64, 128]),
+    share=st.integers(0, 2), pad=st.integers(0, 2), seed=st.integers(0, 1000))
+
+
+def random_batch(reqs, block_size, qpk, d, share, pad, seed):
+    "`make_paged_batch` for one draw of `RANDOM_BATCHES`, over 2 KV heads."
+    q_lens, ctx_lens = zip(*reqs)
+    return make_paged_batch(list(q_lens), list(ctx_lens), block_size=block_size, num_kv_heads=2, qpk=qpk,
+                            head_dim=d, share_prefix=share, pad=pad, seed=seed)
 
 
 @KERNEL
@@ -226,15 +237,10 @@ def test_cpu_backend_grid(block_size, d, qpk):
 
 @KERNEL
 @settings(max_examples=30, deadline=None)
-@given(reqs=st.lists(st.tuples(st.integers(1, 40), st.integers(0, 70)), min_size=1, max_size=8),
-       block_size=st.sampled_from([16, 32]), qpk=st.sampled_from([1, 2, 3, 5]), d=st.sampled_from([32, 64, 128]),
-       share=st.integers(0, 2), pad=st.integers(0, 2), seed=st.integers(0, 1000))
+@given(**RANDOM_BATCHES)
 def test_cpu_kernel_random_batches(reqs, block_size, qpk, d, share, pad, seed):
     "With no limit on the query length the kernel alone computes every row: equal to the reference."
-    q_lens, ctx_lens = zip(*reqs)
-    query, key, value, cache, md = make_paged_batch(list(q_lens), list(ctx_lens), block_size=block_size,
-                                                    num_kv_heads=2, qpk=qpk, head_dim=d, share_prefix=share,
-                                                    pad=pad, seed=seed)
+    query, key, value, cache, md = random_batch(reqs, block_size, qpk, d, share, pad, seed)
     reshape_and_cache_ref(key, value, cache, md.slot_mapping)
     out = cpu_attention_with_kv_cache(query, cache, md, d ** -0.5, torch.full_like(query, float("nan")),
                                       max_query_len=1 << 30)
@@ -322,15 +328,10 @@ OP = pytest.mark.skipif(cpu_attn_op_library() is None, reason="the C++ op did no
 
 @OP
 @settings(max_examples=30, deadline=None)
-@given(reqs=st.lists(st.tuples(st.integers(1, 40), st.integers(0, 70)), min_size=1, max_size=8),
-       block_size=st.sampled_from([16, 32]), qpk=st.sampled_from([1, 2, 3, 5]), d=st.sampled_from([32, 64, 128]),
-       share=st.integers(0, 2), pad=st.integers(0, 2), seed=st.integers(0, 1000))
+@given(**RANDOM_BATCHES)
 def test_cpu_layer_attention_op_writes_and_attends_like_the_reference(reqs, block_size, qpk, d, share, pad, seed):
     "The C++ op reads the step from the forward context: the reference's write, then the reference on every row."
-    q_lens, ctx_lens = zip(*reqs)
-    query, key, value, cache, md = make_paged_batch(list(q_lens), list(ctx_lens), block_size=block_size,
-                                                    num_kv_heads=2, qpk=qpk, head_dim=d, share_prefix=share,
-                                                    pad=pad, seed=seed)
+    query, key, value, cache, md = random_batch(reqs, block_size, qpk, d, share, pad, seed)
     ref_cache = cache.clone()
     reshape_and_cache_ref(key, value, ref_cache, md.slot_mapping)
     with set_forward_context(md, get_attn_backend("cpu", "cpu")):
