@@ -1,6 +1,7 @@
 """Paged attention: Triton kernels (interpreter on CPU, native on CUDA), the C++ CPU kernel and the torch backend
 vs the reference."""
 import os
+import warnings
 from pathlib import Path
 
 import pytest
@@ -11,8 +12,8 @@ if not torch.cuda.is_available():
 
 from hypothesis import given, settings, strategies as st
 
-from minivllm.attention.backends.cpu_attn import (cpu_attention_with_kv_cache, cpu_attn_library,
-    cpu_attn_op_library, cpu_attn_reshape_and_cache)
+from minivllm.attention.backends.cpu_attn import (build_cpu_library, cpu_attention_with_kv_cache,
+    cpu_attn_library, cpu_attn_op_library, cpu_attn_reshape_and_cache)
 from minivllm.attention.backends.triton_attn import (AttentionMetadata,
     paged_attention_ref, reshape_and_cache, reshape_and_cache_ref, split_kv_decode_attention,
     torch_paged_attention, unified_attention)
@@ -309,6 +310,23 @@ def test_cpu_write_refuses_a_slot_outside_the_cache():
         with pytest.raises(IndexError, match="outside the cache"):
             cpu_attn_reshape_and_cache(key, key, cache, torch.tensor([0, bad, 5]))
     assert not cache.any()
+
+
+@KERNEL
+def test_a_cached_library_that_does_not_load_is_built_again(tmp_path, monkeypatch):
+    "A file under the library's key that is not a library (a copy cut short) is replaced, not kept."
+    source, argtypes = 'extern "C" int answer(void) { return 42; }\n', {"answer": []}
+    monkeypatch.setenv("MINIVLLM_CACHE", str(tmp_path / "first"))
+    assert build_cpu_library("probe", source, argtypes, "no probe").answer() == 42
+    built, = (tmp_path / "first" / "probe").glob("probe-*.so")
+    broken = tmp_path / "second" / "probe" / built.name         # the same key, in another cache
+    broken.parent.mkdir(parents=True)
+    broken.write_bytes(built.read_bytes()[:100])
+    monkeypatch.setenv("MINIVLLM_CACHE", str(tmp_path / "second"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                            # built again without a warning
+        assert build_cpu_library("probe", source, argtypes, "no probe").answer() == 42
+    assert broken.stat().st_size > 100                              # the library, built again
 
 
 @KERNEL

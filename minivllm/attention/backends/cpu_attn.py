@@ -196,7 +196,7 @@ extern "C" int cpu_attn_reshape_and_cache(
 """
 
 # %% ../../../nbs/12_paged_attention.ipynb #2f654c51
-import ctypes, functools, hashlib, os, platform, subprocess, tempfile, warnings
+import contextlib, ctypes, functools, hashlib, os, platform, subprocess, tempfile, warnings
 from pathlib import Path
 import torch
 from .triton_attn import TorchAttentionBackend, torch_paged_attention
@@ -226,6 +226,13 @@ def _build(cxx: str, path: Path, source: str, flags: tuple):
                        capture_output=True, text=True)
         os.replace(lib, path)
 
+def _load(cxx: str, path: Path, source: str, flags: tuple) -> ctypes.CDLL:
+    "The library at `path`, built first where it is missing or does not load (a file cut short)."
+    if path.exists():
+        with contextlib.suppress(OSError): return ctypes.CDLL(str(path))
+    _build(cxx, path, source, flags)
+    return ctypes.CDLL(str(path))
+
 def build_cpu_library(name: str, source: str, argtypes: dict, instead: str,
                       flags: tuple = CPU_KERNEL_FLAGS):
     "C++ `source` built once per compiler and CPU, loaded; None (a warning: `instead`) if it fails."
@@ -233,8 +240,7 @@ def build_cpu_library(name: str, source: str, argtypes: dict, instead: str,
     key = "\n".join([source, cxx, *flags, cpu_flags()])
     path = cache_dir() / name / f"{name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.so"
     try:
-        if not path.exists(): _build(cxx, path, source, flags)
-        lib = ctypes.CDLL(str(path))
+        lib = _load(cxx, path, source, flags)
     except (OSError, subprocess.CalledProcessError) as e:
         detail = getattr(e, "stderr", None) or e
         warnings.warn(f"the C++ kernels {name} did not build ({str(detail)[:300]}); {instead}")
