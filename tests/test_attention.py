@@ -1,5 +1,6 @@
 """Paged attention: Triton kernels (interpreter on CPU, native on CUDA), the C++ CPU kernel and the torch backend
 vs the reference."""
+import dataclasses
 import os
 import warnings
 from pathlib import Path
@@ -360,19 +361,23 @@ def test_cpu_layer_attention_op_writes_and_attends_like_the_reference(reqs, bloc
 
 @OP
 def test_cpu_layer_attention_op_refuses_what_it_cannot_read():
-    "No step published (no pass, another backend's, a pass ended), rows of another kind or count, a slot outside."
+    "No step published (no pass, another backend's, another layout, a pass ended), rows of another kind or count, a slot outside."
     query, key, value, cache, md = make_paged_batch([1, 3], [20, 5], num_kv_heads=2, qpk=2, pad=1)
     op, before = torch.ops.minivllm.cpu_layer_attention, cache.clone()
-    with pytest.raises(RuntimeError, match="no forward context"): op(query, key, value, cache, 0.125)
+    with pytest.raises(RuntimeError, match="no step published"): op(query, key, value, cache, 0.125)
     with set_forward_context(md, get_attn_backend("torch", "cpu")):
-        with pytest.raises(RuntimeError, match="no forward context"): op(query, key, value, cache, 0.125)
+        with pytest.raises(RuntimeError, match="no step published"): op(query, key, value, cache, 0.125)
+    wide = dataclasses.replace(md, seq_lens=md.seq_lens.long())     # not the kernels' int32 rows
+    with set_forward_context(wide, get_attn_backend("cpu", "cpu")):
+        with pytest.raises(RuntimeError, match="no step published.*int32 rows"):
+            op(query, key, value, cache, 0.125)
     with set_forward_context(md, get_attn_backend("cpu", "cpu")):
         for q in (query.bfloat16(), query[:-1], query.transpose(1, 2)):
             with pytest.raises(RuntimeError, match="must be float32 rows"): op(q, key, value, cache, 0.125)
         md.slot_mapping[0] = cache.shape[0] * cache.shape[2]                 # num_blocks * block_size
         with pytest.raises(RuntimeError, match="outside the cache"): op(query, key, value, cache, 0.125)
     assert torch.equal(cache, before)
-    with pytest.raises(RuntimeError, match="no forward context"): op(query, key, value, cache, 0.125)
+    with pytest.raises(RuntimeError, match="no step published"): op(query, key, value, cache, 0.125)
 
 # ---------------------------------------------------------------- CUDA-graph padding and launch rules
 @pytest.mark.parametrize("kernel", ["split_kv", "unified", "torch", "cpu"])

@@ -380,7 +380,8 @@ static void check_rows(const at::Tensor& t, int64_t heads, int64_t head_dim, con
 at::Tensor cpu_layer_attention(const at::Tensor& query, const at::Tensor& key,
                                const at::Tensor& value, at::Tensor& kv_cache, double scale) {
     TORCH_CHECK(step.seq_lens != nullptr,
-                "cpu_layer_attention: no forward context with the CPU backend");
+                "cpu_layer_attention: no step published (it needs a forward context with the "
+                "CPU backend and metadata in the kernels' layout: int32 rows, int64 slots)");
     TORCH_CHECK(kv_cache.dim() == 5 && kv_cache.is_contiguous() && kv_cache.device().is_cpu()
                 && kv_cache.scalar_type() == at::kFloat,
                 "cpu_layer_attention: a contiguous float32 KV cache on a CPU");
