@@ -177,6 +177,39 @@ def test_one_token_steps_attend_in_cpp_without_python(tiny_llama_path, monkeypat
     assert not eager.model.model.layers[0].self_attn.cpu_attention_op     # eager layers: the backend, in Python
 
 
+def test_one_token_steps_call_the_graphs_code_past_its_wrappers(tiny_llama_path, monkeypatch):
+    """A compiled CPU engine calls its one-row graphs' generated code itself (inductor_call): in decode steps
+    nothing reaches inductor's CompiledFxGraph (the wrappers' last step), in the prefill step every layer does."""
+    from torch._inductor.output_code import CompiledFxGraph
+    llm = LLM(tiny_llama_path, num_gpu_blocks=16)
+    calls, call_graph = [], CompiledFxGraph.__call__
+    monkeypatch.setattr(CompiledFxGraph, "__call__", lambda self, args: calls.append(1) or call_graph(self, args))
+    out = llm.generate([prompts([5], seed=3)[0]], SamplingParams(temperature=0, max_tokens=6, ignore_eos=True),
+                       use_tqdm=False)
+    assert len(out[0].outputs[0].token_ids) == 6
+    assert len(calls) == len(llm.model.model.layers)              # the 5-token prefill step's layers only
+
+
+def test_inductor_call_equals_the_wrapped_call_or_gives_up(tiny_llama_path):
+    """The direct call returns what the compiled function does, on new inputs and other weights (another layer);
+    where the probe cannot show where an argument comes from (two KV blocks, as many as K and V: the variable
+    size has two sources) it gives up, and so it does for a function that is not one inductor graph."""
+    model = load_model(tiny_llama_path)
+    model.bind_kv_caches(make_kv_caches(*model.kv_cache_spec(), 4, 16))
+    assert compile_and_warm_up(model)
+    layers = model.model.layers
+    direct = layers[0].forward.__func__.one_row
+    compiled = direct.compiled
+    backend = model.attn_backend
+    with torch.no_grad(), set_forward_context(model_mod.padding_decode_metadata(1), backend):
+        inputs = model_mod.probe_like(model_mod.layer_example(model, 1))
+        for layer in layers:
+            got, want = direct(layer, *inputs), compiled(layer, *inputs)
+            assert len(got) == len(want) == 2 and all(torch.equal(g, w) for g, w in zip(got, want))
+        assert model_mod.inductor_call(compiled, layers[0], model_mod.layer_example(model, 1)) is None
+        assert model_mod.inductor_call(lambda m, *xs: xs[0] * 2, layers[0], inputs) is None
+
+
 @pytest.mark.parametrize("arch", ["LlamaForCausalLM", "Qwen3ForCausalLM"])
 def test_triton_backend_layers_run_compiled_or_given_back_to_eager(tiny_paths_by_arch, arch):
     """On the Triton backend a CPU engine compiles its layers too, which then rotate (and norm Qwen3's q and k)
@@ -290,9 +323,9 @@ def test_models_of_different_shapes_keep_their_own_graphs_without_guards(tmp_pat
         return model
     models = {"a": compiled(paths["a"], 1), "a_twin": compiled(paths["a_twin"], 9),
               "wider": compiled(paths["wider"], 4), "heads": compiled(paths["heads"], 4)}
-    def functions(model):        # what the model calls: the compiled functions themselves
+    def functions(model):        # what the model calls: the compiled functions (or their code itself)
         layer, logits = model.model.layers[0].forward.__func__, model.compute_logits.__func__
-        return layer.one_row, layer.more_rows, logits.one_row
+        return tuple(getattr(f, "compiled", f) for f in (layer.one_row, layer.more_rows, logits.one_row))
     assert functions(models["a"]) == functions(models["a_twin"])
     for other in ("wider", "heads"):
         assert not {id(f) for f in functions(models["a"])} & {id(f) for f in functions(models[other])}

@@ -7,13 +7,14 @@ __all__ = ['CPU_GEMM_SOURCE', 'CPU_GEMM_PANEL', 'CPU_GEMM_MAX_ROWS', 'CPU_GEMM_A
            'layer_attention_op', 'ARCHITECTURES', 'get_head_dim', 'rope_parameters', 'RMSNorm', 'rope_inv_freq',
            'apply_rope', 'RotaryEmbedding', 'cpu_gemm_library', 'pack_panels', 'cpu_gemm', 'register_op',
            'unquantized_gemm', 'dispatch_cpu_unquantized_gemm', 'Linear', 'LlamaMLP', 'layer_attention',
-           'LlamaAttention', 'make_kv_caches', 'LlamaDecoderLayer', 'LlamaModel', 'LlamaForCausalLM',
-           'padding_decode_metadata', 'trust_known_vec_isa', 'module_constants', 'traced_sources_unchanged',
-           'load_or_aot_compile', 'aot_compiled', 'layer_example', 'by_rows', 'compile_and_warm_up', 'rms_norm_triton',
-           'rope_triton']
+           'LlamaAttention', 'make_kv_caches', 'LlamaDecoderLayer', 'LlamaModel', 'LlamaForCausalLM', 'inductor_call',
+           'probe_like', 'padding_decode_metadata', 'trust_known_vec_isa', 'module_constants',
+           'traced_sources_unchanged', 'load_or_aot_compile', 'aot_compiled', 'layer_example', 'by_rows',
+           'compile_and_warm_up', 'rms_norm_triton', 'rope_triton']
 
 # %% ../../../nbs/13_model.ipynb #f11da485
-import ctypes, functools, hashlib, inspect, math, os, platform, sys, types, warnings
+import ctypes, functools, hashlib, inspect, itertools, math, os, platform, sys, types
+import unittest.mock, warnings, weakref
 from pathlib import Path
 from typing import Callable
 import torch
@@ -460,6 +461,72 @@ def bind_kv_caches(self: LlamaForCausalLM, kv_caches: list):
                              f"[*, 2, *, {num_kv_heads}, {head_dim}] {dtype}")
     self.kv_caches = list(kv_caches)
 
+# %% ../../../nbs/13_model.ipynb #b1d4e7a2
+def _leaves(value, path=()) -> list:
+    "`(path, leaf)` for each leaf of nested tuples and lists (`path`: the indices down to it)."
+    if not isinstance(value, (tuple, list)): return [(path, value)]
+    return [leaf for i, v in enumerate(value) for leaf in _leaves(v, (*path, i))]
+
+def _source(arg, params: dict, leaves: list) -> tuple:
+    "Where a graph's argument comes from: a parameter (its name), an input or an input's size."
+    if id(arg) in params: return "param", params[id(arg)]
+    if isinstance(arg, int):        # a size TorchDynamo made a variable: whose, and which dim
+        found = [(p, d) for p, t in leaves if isinstance(t, torch.Tensor)
+                 for d, n in enumerate(t.shape) if n == arg]
+    else: found = [p for p, t in leaves if t is arg]
+    if len(found) != 1: raise LookupError(f"a graph argument with {len(found)} sources")
+    return ("size" if isinstance(arg, int) else "input"), found[0]
+
+def _at(inputs, path):
+    for i in path: inputs = inputs[i]
+    return inputs
+
+def inductor_call(compiled: Callable, module: nn.Module, probe: tuple) -> Callable | None:
+    "`compiled(module, *inputs)` calling inductor's code alone; None if the `probe` can't show how."
+    try: from torch._inductor.output_code import CompiledFxGraph
+    except ImportError: return None                   # another torch: the wrappers stay
+    calls, call_graph = [], CompiledFxGraph.__call__
+    def record(graph, args): calls.append((graph, list(args))); return call_graph(graph, args)
+    with unittest.mock.patch.object(CompiledFxGraph, "__call__", record):
+        want = compiled(module, *probe)
+    params = {id(p): name for name, p in module.named_parameters()}
+    try:
+        (graph, args), = calls                                   # one graph, called once
+        plan = [_source(a, params, _leaves(probe)) for a in args]
+        run = graph.current_callable
+    except (ValueError, LookupError, AttributeError): return None
+    names = [name if kind == "param" else None for kind, name in plan]
+    inputs = [(i, where) for i, (kind, where) in enumerate(plan) if kind == "input"]
+    sizes = [(i, *where) for i, (kind, where) in enumerate(plan) if kind == "size"]
+    bound = weakref.WeakKeyDictionary()
+    tensor = isinstance(want, torch.Tensor)
+
+    def call(module, *xs):
+        if module not in bound: bound[module] = [n and module.get_parameter(n) for n in names]
+        args = bound[module].copy()                    # inductor's code empties the list
+        for i, path in inputs: args[i] = _at(xs, path)
+        for i, path, dim in sizes: args[i] = _at(xs, path).shape[dim]
+        out = run(args)
+        return out[0] if tensor else tuple(out)
+
+    # the outputs as the wrappers gave them: same count, order and values (random inputs)
+    got, wanted = _leaves(call(module, *probe)), _leaves(want)
+    same = len(got) == len(wanted) and all(isinstance(w, torch.Tensor) and torch.equal(g, w)
+                                            for (_, g), (_, w) in zip(got, wanted))
+    call.compiled = compiled                            # what it stands for
+    return call if same else None
+
+def probe_like(example: tuple) -> tuple:
+    "Inputs like `example`: random floats (outputs told apart), KV blocks counted unlike any size."
+    sizes = {n for _, t in _leaves(example) if isinstance(t, torch.Tensor) for n in t.shape}
+    blocks = next(n for n in itertools.count(2) if n not in sizes)
+    def like(t):
+        if not isinstance(t, torch.Tensor): return t
+        shape = (blocks, *t.shape[1:]) if t.dim() == 5 else t.shape        # a KV cache
+        if not t.is_floating_point(): return t.clone()
+        return torch.randn(shape, dtype=t.dtype, device=t.device)
+    return tuple(tuple(map(like, v)) if isinstance(v, tuple) else like(v) for v in example)
+
 # %% ../../../nbs/13_model.ipynb #ed4a63cc
 def padding_decode_metadata(n: int, device="cpu") -> AttentionMetadata:
     "Metadata of a decode step of `n` one-token requests whose K/V go to padding slots only."
@@ -581,6 +648,11 @@ def compile_and_warm_up(model: LlamaForCausalLM, cache: Path | None = None) -> b
                       f"{str(e)[:200]}); enforce_eager=True skips compiling")
         return False
     one_row, more_rows, one_row_logits = compiled
+    # the one-row graphs: their code called without the wrappers around it (`inductor_call`)
+    probes = ((layer, layer_example(model, 1)), (model, (hidden,)))
+    with torch.no_grad(), set_forward_context(padding_decode_metadata(1), model.attn_backend):
+        one_row, one_row_logits = (inductor_call(f, m, probe_like(x)) or f
+                                   for f, (m, x) in zip((one_row, one_row_logits), probes))
     forward = by_rows(one_row, more_rows)
     for each in inner.layers: each.forward = types.MethodType(forward, each)
     # more rows call oneDNN eagerly, as a graph would: only one row has a compiled copy

@@ -1,6 +1,7 @@
 """A Llama-family decoder (Llama, SmolLM2, Qwen2, Qwen3) over the paged KV cache, loading Hugging Face safetensors."""
-__all__ = ['CPU_GEMM_SOURCE', 'CPU_GEMM_PANEL', 'CPU_GEMM_MAX_ROWS', 'CPU_GEMM_ARGTYPES', 'cpu_linear', 'ONEDNN', 'PREPACK', 'layer_attention_op', 'ARCHITECTURES', 'get_head_dim', 'rope_parameters', 'RMSNorm', 'rope_inv_freq', 'apply_rope', 'RotaryEmbedding', 'cpu_gemm_library', 'pack_panels', 'cpu_gemm', 'register_op', 'unquantized_gemm', 'dispatch_cpu_unquantized_gemm', 'Linear', 'LlamaMLP', 'layer_attention', 'LlamaAttention', 'make_kv_caches', 'LlamaDecoderLayer', 'LlamaModel', 'LlamaForCausalLM', 'padding_decode_metadata', 'trust_known_vec_isa', 'module_constants', 'traced_sources_unchanged', 'load_or_aot_compile', 'aot_compiled', 'layer_example', 'by_rows', 'compile_and_warm_up', 'rms_norm_triton', 'rope_triton']
-import ctypes, functools, hashlib, inspect, math, os, platform, sys, types, warnings
+__all__ = ['CPU_GEMM_SOURCE', 'CPU_GEMM_PANEL', 'CPU_GEMM_MAX_ROWS', 'CPU_GEMM_ARGTYPES', 'cpu_linear', 'ONEDNN', 'PREPACK', 'layer_attention_op', 'ARCHITECTURES', 'get_head_dim', 'rope_parameters', 'RMSNorm', 'rope_inv_freq', 'apply_rope', 'RotaryEmbedding', 'cpu_gemm_library', 'pack_panels', 'cpu_gemm', 'register_op', 'unquantized_gemm', 'dispatch_cpu_unquantized_gemm', 'Linear', 'LlamaMLP', 'layer_attention', 'LlamaAttention', 'make_kv_caches', 'LlamaDecoderLayer', 'LlamaModel', 'LlamaForCausalLM', 'inductor_call', 'probe_like', 'padding_decode_metadata', 'trust_known_vec_isa', 'module_constants', 'traced_sources_unchanged', 'load_or_aot_compile', 'aot_compiled', 'layer_example', 'by_rows', 'compile_and_warm_up', 'rms_norm_triton', 'rope_triton']
+import ctypes, functools, hashlib, inspect, itertools, math, os, platform, sys, types
+import unittest.mock, warnings, weakref
 from pathlib import Path
 from typing import Callable
 import torch
@@ -184,6 +185,25 @@ class LlamaForCausalLM(nn.Module):
     def bind_kv_caches(self: LlamaForCausalLM, kv_caches: list):
         """Use these tensors (one `[blocks, 2, block_size, kv_heads, head_dim]` per layer) as KV cache."""
         ...
+
+def _leaves(value, path=()) -> list:
+    """`(path, leaf)` for each leaf of nested tuples and lists (`path`: the indices down to it)."""
+    ...
+
+def _source(arg, params: dict, leaves: list) -> tuple:
+    """Where a graph's argument comes from: a parameter (its name), an input or an input's size."""
+    ...
+
+def _at(inputs, path):
+    ...
+
+def inductor_call(compiled: Callable, module: nn.Module, probe: tuple) -> Callable | None:
+    """`compiled(module, *inputs)` calling inductor's code alone; None if the `probe` can't show how."""
+    ...
+
+def probe_like(example: tuple) -> tuple:
+    """Inputs like `example`: random floats (outputs told apart), KV blocks counted unlike any size."""
+    ...
 
 def padding_decode_metadata(n: int, device='cpu') -> AttentionMetadata:
     """Metadata of a decode step of `n` one-token requests whose K/V go to padding slots only."""
