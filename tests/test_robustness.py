@@ -241,13 +241,14 @@ def test_frozen_engine_is_noticed(tiny_llama_path, keep_alive):
 
 
 def test_serve_exits_when_the_engine_dies(tiny_llama_path):
-    "`serve` (what `minivllm serve` runs) stops with status 1 and one clear log line once its engine dies."
+    """`serve` (what `minivllm serve` runs) logs the step's token budget at start-up (vLLM's line), and stops with
+    status 1 and one clear log line once its engine dies."""
     import socket, subprocess, sys
     psutil = pytest.importorskip("psutil")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
     code = (f"from minivllm.entrypoints.openai.api_server import serve; serve({str(tiny_llama_path)!r}, port={port}, "
-            "num_threads=1, num_gpu_blocks=64, max_model_len=256)")
+            "num_threads=1, num_gpu_blocks=64, max_model_len=256, max_num_batched_tokens=512)")
     server = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         def up():
@@ -262,5 +263,6 @@ def test_serve_exits_when_the_engine_dies(tiny_llama_path):
     finally:
         if server.poll() is None: server.kill()
     assert server.returncode == 1, out[-2000:]
+    assert "INFO" in out and "Chunked prefill is enabled with max_num_batched_tokens=512." in out, out[-2000:]
     assert "engine dead (engine process exited with code -9); shutting the server down" in out, out[-2000:]
     assert "the engine died, so the server stopped" in out

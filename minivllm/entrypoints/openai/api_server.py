@@ -34,7 +34,7 @@ __all__ = ['REQUEST_FIELDS', 'UNSUPPORTED', 'DEFAULTED', 'router', 'METRIC_HELP'
            'until_disconnected', 'respond', 'health', 'show_available_models', 'stats', 'EngineMetricsCollector',
            'metrics', 'TokenizeRequest', 'DetokenizeRequest', 'tokenize', 'detokenize', 'show_version', 'ping',
            'create_completion', 'create_chat_completion', 'error_body', 'watch_engine', 'lifespan', 'add_api_key',
-           'build_app', 'build_async_engine_client', 'serve', 'serve_in_thread']
+           'build_app', 'build_async_engine_client', 'log_to_stderr', 'serve', 'serve_in_thread']
 
 # %% ../../../nbs/25_api_server.ipynb #bf1ed695
 def error_response(message: str, status_code: int = 400, err_type: str = "BadRequestError",
@@ -754,6 +754,15 @@ def build_async_engine_client(model: str | None = None, **engine_kwargs) -> Asyn
     "The server's engine (vLLM's name): an `AsyncLLM` with a server's batch defaults (chapter 21)."
     return AsyncLLM(model, usage_context=UsageContext.OPENAI_API_SERVER, **engine_kwargs)
 
+def log_to_stderr(level: int = logging.INFO) -> None:
+    "minivllm's log lines on stderr from `level` on (vLLM's default), unless already set up."
+    log = logging.getLogger("minivllm")
+    if log.handlers: return                      # the process's own choice
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(levelname)s %(asctime)s %(message)s", "%m-%d %H:%M:%S"))
+    log.addHandler(handler)
+    log.setLevel(level)
+
 def serve(model: str | None = None, host: str = "127.0.0.1", port: int = 8000,
           model_name: str | None = None, keep_alive_on_engine_death: bool = False,
           api_key: str | None = None, trust_request_chat_template: bool = False,
@@ -761,6 +770,10 @@ def serve(model: str | None = None, host: str = "127.0.0.1", port: int = 8000,
     "Serve `model` (default: the embedded SmolLM2) until interrupted, or until the engine dies."
     import uvicorn
     with build_async_engine_client(model, **engine_kwargs) as async_llm:
+        log_to_stderr()
+        if async_llm.engine_args.enable_chunked_prefill:         # vLLM's SchedulerConfig says so
+            logger.info("Chunked prefill is enabled with max_num_batched_tokens=%d.",
+                        async_llm.engine_info.max_num_batched_tokens)
         app = build_app(async_llm, model_name, keep_alive_on_engine_death, api_key,
                         trust_request_chat_template)
         app.state.server = uvicorn.Server(uvicorn.Config(app, host=host, port=port,
