@@ -759,7 +759,9 @@ def log_to_stderr(level: int = logging.INFO) -> None:
     log = logging.getLogger("minivllm")
     if log.handlers: return                      # the process's own choice
     handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(levelname)s %(asctime)s %(message)s", "%m-%d %H:%M:%S"))
+    # vLLM's form: "INFO 12-03 21:09:15 Chunked prefill is enabled with ..."
+    handler.setFormatter(logging.Formatter("%(levelname)s %(asctime)s %(message)s",
+                                           "%m-%d %H:%M:%S"))
     log.addHandler(handler)
     log.setLevel(level)
 
