@@ -35,27 +35,16 @@ def test_profile_splits_past_the_models_positions(tiny_qwen3_path, cuda_memory_o
     assert profile_seq_lens(num_tokens, positions) == [positions, positions // 2]
 
 
-def vm_flags(address: int) -> list[str]:
-    "The VmFlags of the mapping holding `address` (/proc/self/smaps)."
-    inside = False
-    for line in Path("/proc/self/smaps").read_text().splitlines():
-        if "-" in line.split()[0]:
-            lo, hi = (int(a, 16) for a in line.split()[0].split("-"))
-            inside = lo <= address < hi
-        elif inside and line.startswith("VmFlags:"): return line.split()[1:]
-    return []
-
-
 def test_cpu_kv_cache_is_one_zeroed_block_on_huge_pages(tiny_llama_path):
     """Every layer's cache in one block (chapter 14), zeroed, aligned to 2 MiB and asked to be on huge pages
     (MADV_HUGEPAGE: "hg" in the mapping's VmFlags). Whether Linux then backs it with huge pages depends on
     the free contiguous memory at that moment (a CI run on a loaded machine got none), so that is not asserted."""
     from minivllm.entrypoints.llm import LLM
-    from minivllm.model_executor.model_loader import HUGE_PAGE
+    from minivllm.model_executor.model_loader import HUGE_PAGE, asked_for_huge_pages
     llm = LLM(tiny_llama_path, num_gpu_blocks=64, max_model_len=256, enforce_eager=True)
     caches = llm.engine_core.model_executor.kv_caches
     assert len(caches) > 1 and len({c.untyped_storage().data_ptr() for c in caches}) == 1
     assert all(not c.any() for c in caches)
     thp = Path("/sys/kernel/mm/transparent_hugepage/enabled")
     if thp.exists() and "[never]" not in thp.read_text():
-        assert caches[0].data_ptr() % HUGE_PAGE == 0 and "hg" in vm_flags(caches[0].data_ptr())
+        assert caches[0].data_ptr() % HUGE_PAGE == 0 and asked_for_huge_pages(caches[0])

@@ -3,8 +3,8 @@
 # %% auto #0
 __all__ = ['STACKED_PARAMS', 'HUGE_PAGE', 'DEFAULT_MODEL', 'check_config', 'safetensors_files', 'checkpoint_names',
            'load_weights', 'resolve_dtype', 'load_model', 'process_weights_after_loading', 'empty_on_huge_pages',
-           'huge_page_views', 'params_on_huge_pages', 'panels_on_huge_pages', 'huge_page_kib', 'compile_cache_dir',
-           'embedded_gguf', 'convert_gguf', 'default_model_path']
+           'huge_page_views', 'params_on_huge_pages', 'panels_on_huge_pages', 'smaps_entry', 'asked_for_huge_pages',
+           'huge_page_kib', 'compile_cache_dir', 'embedded_gguf', 'convert_gguf', 'default_model_path']
 
 # %% ../../nbs/13_model.ipynb #366c84c2
 import importlib.util, itertools, json, mmap, os, shutil, tempfile
@@ -166,15 +166,25 @@ def panels_on_huge_pages(products: list[nn.Module]):
     views = huge_page_views([m.panel_weight for m in products])
     for module, view in zip(products, views): module.panel_weight = view.copy_(module.panel_weight)
 
-def huge_page_kib(t: torch.Tensor) -> int:
-    "KiB of the mapping holding `t` that Linux backs with huge pages (0 elsewhere: no /proc)."
-    smaps, kib, inside = Path("/proc/self/smaps"), 0, False
+def smaps_entry(t: torch.Tensor) -> dict[str, str]:
+    "The `/proc/self/smaps` fields of the mapping holding `t` (none where there is no /proc)."
+    smaps, entry, inside = Path("/proc/self/smaps"), {}, False
     for line in (smaps.read_text().splitlines() if smaps.exists() else []):
-        if "-" in line.split()[0]:                     # a mapping's header: "start-end perms ..."
-            lo, hi = (int(a, 16) for a in line.split()[0].split("-"))
+        first, *rest = line.split(None, 1)
+        if "-" in first:                               # a mapping's header: "start-end perms ..."
+            if inside: break
+            lo, hi = (int(a, 16) for a in first.split("-"))
             inside = lo <= t.data_ptr() < hi
-        elif inside and line.startswith("AnonHugePages:"): kib = int(line.split()[1])
-    return kib
+        elif inside: entry[first.rstrip(":")] = rest[0] if rest else ""
+    return entry
+
+def asked_for_huge_pages(t: torch.Tensor) -> bool:
+    "Whether the mapping holding `t` asked Linux for huge pages (`hg` in its VmFlags)."
+    return "hg" in smaps_entry(t).get("VmFlags", "").split()
+
+def huge_page_kib(t: torch.Tensor) -> int:
+    "KiB of the mapping holding `t` that Linux backs with huge pages now (0 where it has none)."
+    return int(smaps_entry(t).get("AnonHugePages", "0").split()[0])
 
 # %% ../../nbs/13_model.ipynb #951be249
 DEFAULT_MODEL = "SmolLM2-135M-Instruct"
