@@ -7,7 +7,10 @@
 2. Batched: 32 random-token prompts of 16-256 tokens, 64 greedy tokens each (`ignore_eos`), float32: `LLM.generate`
    against transformers' left-padded batched `generate` on the same prompts, and against the **compute floor**: the
    workload's FLOPs (every processed token through every layer's products and attention, one logits row per
-   generated token) divided by the measured matmul peak.
+   generated token) divided by the measured matmul peak; and against the **roofline floor**: each step as the
+   scheduler made it, at least its FLOPs at the peak or its bytes (every weight once, the KV cache of each request
+   it runs) at the read bandwidth, whichever is longer. A step of 32 decode rows does 16 FLOPs per weight byte, about
+   the ratio of the peak to the bandwidth on a 2-core AVX-512 machine: such a step is bound by both at once.
 3. Where a batched step goes: torch.profiler over the same prompts (8 tokens each): per product (by weight shape and
    rows), attention and the compiled graphs, time and GFLOP/s against the measured peak.
 4. Single stream: 128 greedy tokens after a 26-token chat prompt, against llama.cpp (llama-cpp-python) on the same
@@ -177,6 +180,39 @@ def workload_flops(c, prompt_lens, max_tokens):
     return flops
 
 
+def kv_bytes_per_token(c):
+    "Bytes of K and V one token keeps in the cache, over all layers (float32)."
+    d = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    return c.num_hidden_layers * 2 * c.num_key_value_heads * d * 4
+
+
+def roofline_floor(llm, run, peak, bw):
+    """Seconds of `run()`'s steps at the machine's limits: each step (recorded as the scheduler made it) takes at
+    least its FLOPs at the matmul peak and its bytes at the read bandwidth: every weight once, each scheduled
+    request's whole KV cache. Returns (the floor, what `run()` returned)."""
+    c, executor = llm.model.config, llm.engine_core.model_executor
+    d = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    requests, weights = llm.engine_core.scheduler.requests, sum(
+        p.numel() * p.element_size() for p in llm.model.parameters())
+    context, floor = {}, [0.0]
+    def execute_model(so, *args, **kwargs):
+        flops, nbytes = 0, weights
+        for rid, n in so.num_scheduled_tokens.items():
+            start = context.get(rid, 0)
+            context[rid] = end = start + n                    # keys p + 1 for the token at position p
+            flops += n * 2 * layer_params(c) * c.num_hidden_layers
+            flops += 4 * c.num_attention_heads * d * c.num_hidden_layers * (end * (end + 1) - start * (start + 1)) // 2
+            flops += 2 * c.hidden_size * c.vocab_size * (end >= requests[rid].num_prompt_tokens)   # a sampled row
+            nbytes += end * kv_bytes_per_token(c)
+        floor[0] += max(flops / (peak * 1e9), nbytes / (bw * 1e9))
+        return original(so, *args, **kwargs)
+    original = executor.execute_model
+    executor.execute_model = execute_model
+    try: out = run()
+    finally: del executor.execute_model
+    return floor[0], out
+
+
 # ---- 3. where a batched step goes
 
 def product_name(c, n, k):
@@ -254,8 +290,7 @@ def token_bytes(model, context):
     "Bytes one decode token must read: every weight once (a tied head is the embedding), the KV cache."
     c = model.config
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
-    d = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-    return weights + context * c.num_hidden_layers * 2 * c.num_key_value_heads * d * 4
+    return weights + context * kv_bytes_per_token(c)
 
 
 def token_breakdown(llm, prompt, max_tokens=128):
@@ -339,6 +374,7 @@ def main():
         prompts = random_prompts(args.num_prompts, 16, 256, vocab, seed=args.num_prompts)
         warm = random_prompts(2, 16, 32, vocab, seed=99)
         minivllm_generate(llm, warm, 4); hf_generate(hf, warm, 4, pad)
+        roofline, _ = roofline_floor(llm, lambda: minivllm_generate(llm, prompts, 64), peak, bw)
         t_ours = t_hf = float("inf")
         for _ in range(args.repeat):                   # interleaved: a burst of load elsewhere hits both
             t, ours = best_of(1, lambda: minivllm_generate(llm, prompts, 64)); t_ours = min(t_ours, t)
@@ -352,6 +388,9 @@ def main():
               f"transformers generate {n / t_hf:.1f} tok/s: {t_hf / t_ours:.2f}x transformers; compute floor "
               f"{floor:.0f} tok/s: minivllm at {n / t_ours / floor:.0%} of it, transformers at "
               f"{n / t_hf / floor:.0%}  ({same}/{len(ours)} completions identical)", flush=True)
+        print(f"batched, roofline floor (each step bound by its FLOPs at the peak or its bytes at the bandwidth, "
+              f"whichever takes longer: weights and KV cache read once a step) {n / roofline:.0f} tok/s: minivllm "
+              f"at {roofline / t_ours:.0%} of it", flush=True)
         del hf
         # ---- 3. per op
         print(f"where a batched run goes ({args.num_prompts} prompts, 8 tokens each), per op vs the "
