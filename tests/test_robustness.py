@@ -166,16 +166,19 @@ async def _tokens(async_llm, prompt, sp, request_id):
 
 def test_a_failing_request_fails_alone(tiny_server):
     """A request that slips past the door and fails inside the engine's step (top_k 2^31 overflows the
-    input batch's int32) joins a running batch: it gets an error, the others finish with the same tokens."""
+    input batch's int32) joins a running batch: it gets an error, the others finish with the same tokens. The batch
+    is long enough (200 tokens) to be seen running together on a loaded machine, where 24 tokens could finish first."""
     async_llm, url = tiny_server.async_llm, tiny_server.url
     prompts = [[7 + i, 3, 9, 11 + i] * 3 for i in range(4)]
-    sp = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
+    sp = SamplingParams(temperature=0, max_tokens=200, ignore_eos=True)
     async def alone(): return [await _tokens(async_llm, p, sp, f"alone-{i}") for i, p in enumerate(prompts)]
     expected = asyncio.run(alone())
 
     async def with_poison():
         tasks = [asyncio.create_task(_tokens(async_llm, p, sp, f"batch-{i}")) for i, p in enumerate(prompts)]
-        while (await async_llm.get_stats())["num_running_reqs"] < 4: await asyncio.sleep(0.01)
+        while (await async_llm.get_stats())["num_running_reqs"] < 4:   # all four in one batch
+            assert not any(t.done() for t in tasks), "a request of the batch finished before all four ran"
+            await asyncio.sleep(0.01)
         # bypass AsyncLLM.add_request's checks: register and send by hand, as a buggy client might
         sp_poison = SamplingParams(temperature=1, max_tokens=8)
         sp_poison.top_k = 2**31                        # past SamplingParams' own checks too
