@@ -42,6 +42,7 @@ import torch
 from minivllm.entrypoints.llm import LLM
 from minivllm.envs import cache_dir
 from minivllm.model_executor.model_loader import default_model_path
+from minivllm.model_executor.models.llama import get_head_dim
 from minivllm.sampling_params import SamplingParams
 
 GGUF = cache_dir() / "SmolLM2-135M-Instruct-f32.gguf"   # written by `make llama-cpp`
@@ -162,47 +163,52 @@ def hf_generate(hf, prompts, max_tokens, pad_id):
 
 def layer_params(c):
     "Weights of one decoder layer's four products (qkv, o, gate_up, down)."
-    d = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    d = get_head_dim(c)
     q, kv, h, i = c.num_attention_heads * d, c.num_key_value_heads * d, c.hidden_size, c.intermediate_size
     return h * (q + 2 * kv) + q * h + h * 2 * i + i * h
 
 
+def positions_flops(c, start, end):
+    "FLOPs of one request's positions [start, end): every layer's products, and attention over p + 1 keys at p."
+    keys = (end * (end + 1) - start * (start + 1)) // 2
+    return ((end - start) * 2 * layer_params(c) + 4 * c.num_attention_heads * get_head_dim(c) * keys) \
+        * c.num_hidden_layers
+
+
+def logits_flops(c):
+    "FLOPs of one row of logits (the head's product)."
+    return 2 * c.hidden_size * c.vocab_size
+
+
 def workload_flops(c, prompt_lens, max_tokens):
     "FLOPs of generating `max_tokens` after each prompt: products, attention, one logits row per token."
-    d = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-    per_token = 2 * layer_params(c) * c.num_hidden_layers
-    flops = 0
-    for n in prompt_lens:
-        tokens = n + max_tokens - 1                           # the last sampled token is never fed back
-        contexts = tokens * (tokens + 1) // 2                 # token at position p attends to p + 1 keys
-        flops += tokens * per_token + 4 * c.num_attention_heads * d * contexts * c.num_hidden_layers
-        flops += max_tokens * 2 * c.hidden_size * c.vocab_size
-    return flops
+    # the last sampled token is never fed back: n + max_tokens - 1 positions run
+    return sum(positions_flops(c, 0, n + max_tokens - 1) + max_tokens * logits_flops(c) for n in prompt_lens)
+
+
+def weight_bytes(model):
+    "Bytes of every weight once (a tied head is the embedding)."
+    return sum(p.numel() * p.element_size() for p in model.parameters())
 
 
 def kv_bytes_per_token(c):
     "Bytes of K and V one token keeps in the cache, over all layers (float32)."
-    d = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-    return c.num_hidden_layers * 2 * c.num_key_value_heads * d * 4
+    return c.num_hidden_layers * 2 * c.num_key_value_heads * get_head_dim(c) * 4
 
 
 def roofline_floor(llm, run, peak, bw):
-    """Seconds of `run()`'s steps at the machine's limits: each step (recorded as the scheduler made it) takes at
-    least its FLOPs at the matmul peak and its bytes at the read bandwidth: every weight once, each scheduled
-    request's whole KV cache. Returns (the floor, what `run()` returned)."""
-    c, executor = llm.model.config, llm.engine_core.model_executor
-    d = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-    requests, weights = llm.engine_core.scheduler.requests, sum(
-        p.numel() * p.element_size() for p in llm.model.parameters())
-    context, floor = {}, [0.0]
+    """Seconds of `run()`'s steps at the machine's limits: each step (recorded as the scheduler made it) takes the
+    longer of its FLOPs at the matmul peak and its bytes at the read bandwidth (every weight once, each scheduled
+    request's whole KV cache). Returns (the floor, what `run()` returned)."""
+    c, executor, requests = llm.model.config, llm.engine_core.model_executor, llm.engine_core.scheduler.requests
+    weights, context, floor = weight_bytes(llm.model), {}, [0.0]
     def execute_model(so, *args, **kwargs):
         flops, nbytes = 0, weights
         for rid, n in so.num_scheduled_tokens.items():
             start = context.get(rid, 0)
-            context[rid] = end = start + n                    # keys p + 1 for the token at position p
-            flops += n * 2 * layer_params(c) * c.num_hidden_layers
-            flops += 4 * c.num_attention_heads * d * c.num_hidden_layers * (end * (end + 1) - start * (start + 1)) // 2
-            flops += 2 * c.hidden_size * c.vocab_size * (end >= requests[rid].num_prompt_tokens)   # a sampled row
+            context[rid] = end = start + n
+            flops += positions_flops(c, start, end)
+            flops += logits_flops(c) * (end >= requests[rid].num_prompt_tokens)   # a row that samples
             nbytes += end * kv_bytes_per_token(c)
         floor[0] += max(flops / (peak * 1e9), nbytes / (bw * 1e9))
         return original(so, *args, **kwargs)
@@ -216,7 +222,7 @@ def roofline_floor(llm, run, peak, bw):
 # ---- 3. where a batched step goes
 
 def product_name(c, n, k):
-    d = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    d = get_head_dim(c)
     h, q, kv, i = c.hidden_size, c.num_attention_heads * d, c.num_key_value_heads * d, c.intermediate_size
     return {(q + 2 * kv, h): "qkv_proj", (h, q): "o_proj", (2 * i, h): "gate_up_proj", (h, i): "down_proj",
             (c.vocab_size, h): "lm_head"}.get((n, k), f"{n}x{k}")
@@ -288,9 +294,7 @@ def llama_cpp_generate(lcpp, prompt, max_tokens):
 
 def token_bytes(model, context):
     "Bytes one decode token must read: every weight once (a tied head is the embedding), the KV cache."
-    c = model.config
-    weights = sum(p.numel() * p.element_size() for p in model.parameters())
-    return weights + context * kv_bytes_per_token(c)
+    return weight_bytes(model) + context * kv_bytes_per_token(model.config)
 
 
 def token_breakdown(llm, prompt, max_tokens=128):
