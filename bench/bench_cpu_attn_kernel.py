@@ -1,7 +1,7 @@
 """The C++ decode attention kernel of chapter 12 against another checkout's, on the same decode rows.
 
-Builds the kernel library from this checkout's `CPU_ATTN_SOURCE` and from the one in `--compare-tree`
-(e.g. `git worktree add /tmp/before HEAD~1`), then alternates the two on one decode row of SmolLM2's shape
+Builds the kernel library from this checkout's source (`CPU_VEC_SOURCE`, `CPU_ATTN_SOURCE`) and from the one in
+`--compare-tree` (e.g. `git worktree add /tmp/before HEAD~1`), then alternates the two on one decode row of SmolLM2's shape
 (9 query heads over 3 KV heads, head size 64, 16-token blocks in random order) at several lengths of
 history: microseconds a call (the best of `--repeat` rounds of 2000 calls), the ratio, and the largest
 difference between the two outputs, on one thread. Then the same on caches as a model leaves them: 30
@@ -20,10 +20,12 @@ from minivllm.attention.backends import cpu_attn
 
 
 def source_of(tree: Path) -> str:
-    "`CPU_ATTN_SOURCE` as that checkout's module defines it (read, not imported)."
+    "That checkout's kernel source, read (not imported): `CPU_VEC_SOURCE` (if it has one), `CPU_ATTN_SOURCE`."
     module = ast.parse((tree / "minivllm/attention/backends/cpu_attn.py").read_text())
-    return next(ast.literal_eval(node.value) for node in module.body if isinstance(node, ast.Assign)
-                and getattr(node.targets[0], "id", None) == "CPU_ATTN_SOURCE")
+    strings = {node.targets[0].id: ast.literal_eval(node.value) for node in module.body
+               if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None)
+               in ("CPU_VEC_SOURCE", "CPU_ATTN_SOURCE")}
+    return strings.get("CPU_VEC_SOURCE", "") + strings["CPU_ATTN_SOURCE"]
 
 
 def main():
@@ -38,7 +40,7 @@ def main():
     table = torch.randperm(blocks, dtype=torch.int32)[None].contiguous()
     starts = torch.tensor([0, 1], dtype=torch.int32)
     kernels = {name: cpu_attn.cpu_attn_library(source).cpu_attention_with_kv_cache   # as the engine builds it
-               for name, source in (("this checkout", cpu_attn.CPU_ATTN_SOURCE),
+               for name, source in (("this checkout", cpu_attn.CPU_VEC_SOURCE + cpu_attn.CPU_ATTN_SOURCE),
                                     (str(args.compare_tree), source_of(args.compare_tree)))}
     print(f"one decode row, {heads} query heads over {kv_heads} KV heads, head size {dim}, 1 thread")
     for n in (16, 150, 500, 1000):

@@ -4,19 +4,23 @@
 __all__ = ['CPU_INDUCTOR_CONFIG', 'find_tcmalloc', 'engine_process_env']
 
 # %% ../../nbs/13_model.ipynb #5e1a7c08
-import ctypes.util, os, platform
+import contextlib, ctypes.util, os, platform
 import torch
 
 def find_tcmalloc() -> str | None:
     "The TCMalloc the dynamic linker finds on this machine (Linux), named as `LD_PRELOAD` takes it."
     if platform.system() != "Linux": return None
-    return ctypes.util.find_library("tcmalloc_minimal") or ctypes.util.find_library("tcmalloc")
+    # (`find_library` asks gcc, and reads any path in its messages as a library: one of them can be
+    # a file of `LD_PRELOAD` that does not exist, which it then fails to open)
+    with contextlib.suppress(OSError):
+        return ctypes.util.find_library("tcmalloc_minimal") or ctypes.util.find_library("tcmalloc")
 
 def engine_process_env(device) -> dict[str, str]:
     "What an engine process on `device` adds to its environment: TCMalloc preloaded on a CPU."
     preload = os.environ.get("LD_PRELOAD", "")
-    tcmalloc = find_tcmalloc() if torch.device(device).type == "cpu" else None
-    if tcmalloc is None or "libtcmalloc" in preload: return {}   # none here, or the user's own
+    if torch.device(device).type != "cpu" or "libtcmalloc" in preload: return {}   # or the user's
+    tcmalloc = find_tcmalloc()
+    if tcmalloc is None: return {}                                  # none on this machine
     return {"LD_PRELOAD": ":".join(filter(None, (tcmalloc, preload)))}
 
 # %% ../../nbs/13_model.ipynb #5e1a7c07

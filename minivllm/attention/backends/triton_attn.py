@@ -448,19 +448,21 @@ class TorchAttentionBucket(NamedTuple):
     query_rows: torch.Tensor           # rows of `query` (padded to max_query_len per request)
     out_rows: torch.Tensor             # rows of `out` the real queries go to
     token_mask: torch.Tensor | None    # [num_reqs, max_query_len]: real queries (prefills only)
-    attn_mask: torch.Tensor            # what each query row may see: causal and within its length
+    attn_mask: torch.Tensor            # added to the scores: 0 where a row may see (causal, within
+                                       # its length), -inf elsewhere (SDPA's form, made once a step)
 
 class TorchPlanCache(NamedTuple):
     key: tuple                         # the plan's arguments and the tensors' versions
     tensors: tuple                     # the metadata tensors it was built from
     plan: list[TorchAttentionBucket]
 
-def _torch_plan(metadata, block_size, qpk, row_bytes, budget,
-                min_query_len=1) -> list[TorchAttentionBucket]:
+def _torch_plan(metadata, block_size, qpk, row_bytes, budget, min_query_len=1,
+                dtype=torch.float32) -> list[TorchAttentionBucket]:
     "Per-bucket gather indices and masks for `torch_paged_attention`, built once per step."
     ts = (metadata.query_start_loc, metadata.seq_lens, metadata.block_table)
     # in-place edits bump _version
-    key = (block_size, qpk, row_bytes, budget, min_query_len, tuple(t._version for t in ts))
+    key = (block_size, qpk, row_bytes, budget, min_query_len, dtype,
+           tuple(t._version for t in ts))
     cached = metadata.__dict__.get("_torch_plan")
     if (cached is not None and cached.key == key
             and all(a is b for a, b in zip(cached.tensors, ts))):
@@ -468,6 +470,9 @@ def _torch_plan(metadata, block_size, qpk, row_bytes, budget,
     starts, sl = metadata.query_start_loc.tolist(), metadata.seq_lens.tolist()
     ql = [b - a for a, b in zip(starts[:-1], starts[1:])]
     dev, plan = metadata.block_table.device, []
+    def scores_mask(visible):          # what SDPA makes of a boolean mask in every call, once
+        scores = torch.zeros(visible.shape, dtype=dtype, device=dev)
+        return scores.masked_fill_(~visible, float("-inf"))
     ar = torch.arange(max(sl + ql + [0]) + block_size, device=dev)
     for idx in _buckets(ql, sl, row_bytes, budget=budget, min_query_len=min_query_len):
         B, mq, ml = len(idx), max(ql[i] for i in idx), max(sl[i] for i in idx)
@@ -477,7 +482,8 @@ def _torch_plan(metadata, block_size, qpk, row_bytes, budget,
         s0, slt = metadata.query_start_loc[idx_t].long(), metadata.seq_lens[idx_t].long()
         if mq == 1:                                                     # decodes
             visible = (ar[:Lp] < slt[:, None])[None, :, None]
-            plan.append(TorchAttentionBucket(B, 1, nblk, blocks, s0, s0, None, visible))
+            plan.append(TorchAttentionBucket(B, 1, nblk, blocks, s0, s0, None,
+                                             scores_mask(visible)))
             continue
         qlt = torch.tensor([ql[i] for i in idx], device=dev)
         # [B, mq] query rows (padded)
@@ -485,9 +491,10 @@ def _torch_plan(metadata, block_size, qpk, row_bytes, budget,
         tok_ok = ar[:mq][None] < qlt[:, None]
         qpos = ((slt - qlt)[:, None] + ar[:mq]).repeat_interleave(qpk, 1)  # [B, mq*qpk] absolute
         # [1,B,mq*qpk,Lp]
-        mask = ((ar[:Lp] <= qpos[:, :, None]) & (ar[:Lp] < slt[:, None, None]))[None]
+        visible = ((ar[:Lp] <= qpos[:, :, None]) & (ar[:Lp] < slt[:, None, None]))[None]
         q_rows = tok.clamp(max=starts[-1] - 1)
-        plan.append(TorchAttentionBucket(B, mq, nblk, blocks, q_rows, tok[tok_ok], tok_ok, mask))
+        plan.append(TorchAttentionBucket(B, mq, nblk, blocks, q_rows, tok[tok_ok], tok_ok,
+                                         scores_mask(visible)))
     metadata.__dict__["_torch_plan"] = TorchPlanCache(key, ts, plan)
     return plan
 
@@ -500,7 +507,7 @@ def torch_paged_attention(query, kv_cache, metadata, scale, out=None, budget=TOR
     g = hq // hkv
     if out is None: out = torch.zeros_like(query)
     plan = _torch_plan(metadata, bs, g, 2 * hkv * d * kv_cache.element_size(), budget,
-                       min_query_len)
+                       min_query_len, query.dtype)
     for B, mq, nblk, blocks, q_rows, out_rows, tok_ok, mask in plan:   # TorchAttentionBucket
         # one gather copy, straight into [2, kv_head, block, offset, d]: K, V of a head contiguous
         k, v = kv_cache.permute(1, 3, 0, 2, 4).index_select(2, blocks).view(2, hkv, B, nblk * bs, d)

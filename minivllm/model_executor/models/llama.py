@@ -4,13 +4,13 @@
 
 # %% auto #0
 __all__ = ['CPU_GEMM_SOURCE', 'CPU_GEMM_PANEL', 'CPU_GEMM_MAX_ROWS', 'CPU_GEMM_ARGTYPES', 'cpu_linear', 'ONEDNN', 'PREPACK',
-           'layer_attention_op', 'ARCHITECTURES', 'get_head_dim', 'rope_parameters', 'RMSNorm', 'rope_inv_freq',
-           'apply_rope', 'RotaryEmbedding', 'cpu_gemm_library', 'pack_panels', 'cpu_gemm', 'register_op',
-           'unquantized_gemm', 'dispatch_cpu_unquantized_gemm', 'Linear', 'LlamaMLP', 'layer_attention',
-           'LlamaAttention', 'make_kv_caches', 'LlamaDecoderLayer', 'LlamaModel', 'LlamaForCausalLM', 'inductor_call',
-           'probe_like', 'padding_decode_metadata', 'trust_known_vec_isa', 'module_constants',
-           'traced_sources_unchanged', 'load_or_aot_compile', 'aot_compiled', 'layer_example', 'by_rows',
-           'compile_and_warm_up', 'rms_norm_triton', 'rope_triton']
+           'CPU_MLP_CHUNK_BYTES', 'cpu_mlp', 'layer_attention_op', 'ARCHITECTURES', 'get_head_dim', 'rope_parameters',
+           'RMSNorm', 'rope_inv_freq', 'apply_rope', 'RotaryEmbedding', 'cpu_gemm_library', 'pack_panels', 'cpu_gemm',
+           'silu_and_mul', 'register_op', 'unquantized_gemm', 'dispatch_cpu_unquantized_gemm', 'Linear', 'LlamaMLP',
+           'uses_cpu_mlp', 'layer_attention', 'LlamaAttention', 'make_kv_caches', 'LlamaDecoderLayer', 'LlamaModel',
+           'LlamaForCausalLM', 'inductor_call', 'probe_like', 'padding_decode_metadata', 'trust_known_vec_isa',
+           'module_constants', 'traced_sources_unchanged', 'load_or_aot_compile', 'aot_compiled', 'layer_example',
+           'by_rows', 'compile_and_warm_up', 'rms_norm_triton', 'rope_triton']
 
 # %% ../../../nbs/13_model.ipynb #f11da485
 import ctypes, functools, hashlib, inspect, itertools, math, os, platform, sys, types
@@ -23,8 +23,8 @@ from torch import nn
 from fastcore.basics import patch
 from tqdm import tqdm
 from ...attention.backends.triton_attn import AttentionMetadata, PAD_SLOT_ID, _on_device
-from ...attention.backends.cpu_attn import (CPU_ATTN_HEAD_SIZES, build_cpu_library,
-                                                  cpu_attn_op_library, cpu_flags)
+from ...attention.backends.cpu_attn import (CPU_ATTN_HEAD_SIZES, CPU_VEC_SOURCE,
+                                                  build_cpu_library, cpu_attn_op_library, cpu_flags)
 from ...forward_context import get_forward_context, set_forward_context
 from ...platforms.cpu import CPU_INDUCTOR_CONFIG
 import triton                  # after the attention module: it picks the interpreter on a CPU
@@ -135,15 +135,11 @@ class RotaryEmbedding(nn.Module):
 CPU_GEMM_SOURCE = r"""
 // out = x @ W.T (+ bias) for a few rows of x, float32, W packed in panels of 32 outputs:
 // panels[p][k][j] = W[32 p + j][k], each panel one contiguous run of memory; N a multiple of 32.
+// (After chapter 12's CPU_VEC_SOURCE: vectors of W = 16 floats, load, store, exp16.)
 #include <algorithm>
-#include <cstdint>
-#include <cstring>
 
-constexpr int W = 16, NV = 2, PANEL = NV * W;   // a panel's row: two vectors of 16 floats
+constexpr int NV = 2, PANEL = NV * W;           // a panel's row: two vectors of 16 floats
 constexpr int MR = 12;                          // rows at a time: 24 accumulators in registers
-typedef float vec __attribute__((vector_size(W * sizeof(float))));
-static vec load(const float* p) { vec v; std::memcpy(&v, p, sizeof v); return v; }
-static void store(float* p, vec v) { std::memcpy(p, &v, sizeof v); }
 
 // R rows of x times one panel. Along the way it asks for `n` k-rows of the next panel
 // (`ahead`), one every `every` steps, so that the next panel's lines arrive while this one
@@ -198,18 +194,38 @@ extern "C" int cpu_gemm(const float* x, int64_t x_row_stride, const float* panel
     }
     return 0;
 }
+
+// vLLM's silu_and_mul: out[r][j] = silu(x[r][j]) * x[r][D + j], silu(g) = g / (1 + e^-g), taken
+// as g e^g / (1 + e^g) for g < 0 so that exp16 always sees -|g|.
+extern "C" int silu_and_mul(const float* x, int64_t x_row_stride, float* out, int64_t M,
+                            int64_t D, int64_t threads) {
+    #pragma omp parallel for schedule(static) num_threads(threads) if (M * D >= 16384)
+    for (int64_t r = 0; r < M; ++r) {
+        const float *gate = x + r * x_row_stride, *up = gate + D;
+        float* o = out + r * D;
+        int64_t j = 0;
+        for (; j + W <= D; j += W) {
+            const vec g = load(gate + j), e = exp16(g < 0 ? g : -g), one = e * 0.0f + 1.0f;
+            store(o + j, g * ((g < 0 ? e : one) / (one + e)) * load(up + j));
+        }
+        for (; j < D; ++j) o[j] = gate[j] / (1.0f + std::exp(-gate[j])) * up[j];
+    }
+    return 0;
+}
 """
 
 CPU_GEMM_PANEL = 32        # outputs per panel: a panel's row is two 16-float vectors
 CPU_GEMM_MAX_ROWS = 128    # more rows go to oneDNN (the table above)
 CPU_GEMM_ARGTYPES = {"cpu_gemm": [ctypes.c_void_p, ctypes.c_int64, *[ctypes.c_void_p] * 3,
-                                  *[ctypes.c_int64] * 4]}
+                                  *[ctypes.c_int64] * 4],
+                     "silu_and_mul": [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
+                                      *[ctypes.c_int64] * 3]}
 
 @functools.cache
 def cpu_gemm_library():
-    "Our kernel for a few rows, built once per compiler and CPU; None without AVX-512 or compiler."
+    "Our kernels for a few rows, built once per compiler and CPU; None without AVX-512 or compiler."
     if "avx512f" not in cpu_flags().split(): return None    # measured there only: oneDNN elsewhere
-    return build_cpu_library("cpu_gemm", CPU_GEMM_SOURCE, CPU_GEMM_ARGTYPES,
+    return build_cpu_library("cpu_gemm", CPU_VEC_SOURCE + CPU_GEMM_SOURCE, CPU_GEMM_ARGTYPES,
                              "products run in oneDNN")
 
 def pack_panels(weight: torch.Tensor) -> torch.Tensor:
@@ -231,6 +247,16 @@ def cpu_gemm(x: torch.Tensor, panels: torch.Tensor, bias: torch.Tensor | None = 
     cpu_gemm_library().cpu_gemm(rows.data_ptr(), rows.stride(0), panels.data_ptr(),
                                 None if bias is None else bias.data_ptr(), out.data_ptr(),
                                 rows.shape[0], num_panels * width, k, torch.get_num_threads())
+    return out
+
+def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+    "vLLM's `SiluAndMul` by our kernel: `silu(gate) * up` for `x` `[rows, 2 d]` = `[gate, up]`."
+    rows, d = x.shape[0], x.shape[1] // 2
+    ok = x.dtype == torch.float32 and x.device.type == "cpu" and x.dim() == 2 and x.stride(1) == 1
+    if not ok or x.shape[1] % 2: raise ValueError("silu_and_mul: float32 CPU rows [gate, up]")
+    out = x.new_empty(rows, d)
+    cpu_gemm_library().silu_and_mul(x.data_ptr(), x.stride(0), out.data_ptr(), rows, d,
+                                    torch.get_num_threads())
     return out
 
 # %% ../../../nbs/13_model.ipynb #b55a4edd
@@ -294,8 +320,34 @@ class LlamaMLP(nn.Module):
         self.down_proj = Linear(i, h, bias)
 
     def forward(self, x):
-        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
-        return self.down_proj(F.silu(gate).mul_(up))
+        gate_up, down = self.gate_up_proj, self.down_proj
+        if uses_cpu_mlp(x, gate_up):          # float32 on an AVX-512 CPU: one op (below)
+            return cpu_mlp(x, gate_up.packed_weight, gate_up.panel_weight, gate_up.bias,
+                           down.packed_weight, down.panel_weight, down.bias)
+        gate, up = gate_up(x).chunk(2, dim=-1)
+        return down(F.silu(gate).mul_(up))
+
+CPU_MLP_CHUNK_BYTES = 16 << 20      # a chunk's [gate, up] rows: below glibc's mmap threshold
+
+def uses_cpu_mlp(x: torch.Tensor, gate_up: Linear) -> bool:
+    "Whether the MLP is our op: float32 CPU rows, panels of our kernel, not a compiled single row."
+    return (x.device.type == "cpu" and x.dtype == torch.float32 and gate_up.panel_weight is not None
+            and not (torch.compiler.is_compiling() and x.shape[0] == 1))
+
+def _cpu_mlp(x, gate_up, gate_up_panels, gate_up_bias, down, down_panels, down_bias,
+             chunk_bytes=CPU_MLP_CHUNK_BYTES):
+    "`down(silu_and_mul(gate_up(x)))`, in chunks of rows whose `gate_up` output fits `chunk_bytes`."
+    def mlp(rows):
+        gate_up_rows = _cpu_linear(rows, gate_up, gate_up_panels, gate_up_bias)
+        return _cpu_linear(silu_and_mul(gate_up_rows), down, down_panels, down_bias)
+    chunks = -(-x.shape[0] * gate_up.shape[0] * x.element_size() // chunk_bytes)
+    if chunks <= 1: return mlp(x)
+    return torch.cat([mlp(rows) for rows in x.tensor_split(chunks)])
+
+cpu_mlp = register_op(      # the feed-forward as one op: its intermediate made and used in chunks
+    "cpu_mlp", "(Tensor x, Tensor gate_up, Tensor? gate_up_panels, Tensor? gate_up_bias, "
+    "Tensor down, Tensor? down_panels, Tensor? down_bias) -> Tensor", _cpu_mlp,
+    lambda x, gate_up, panels, bias, down, *args: x.new_empty(x.shape[0], down.shape[0]))
 
 # %% ../../../nbs/13_model.ipynb #7143a3f4
 def layer_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
