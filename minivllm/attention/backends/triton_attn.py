@@ -448,8 +448,9 @@ class TorchAttentionBucket(NamedTuple):
     query_rows: torch.Tensor           # rows of `query` (padded to max_query_len per request)
     out_rows: torch.Tensor             # rows of `out` the real queries go to
     token_mask: torch.Tensor | None    # [num_reqs, max_query_len]: real queries (prefills only)
-    attn_mask: torch.Tensor            # added to the scores: 0 where a row may see (causal, within
-                                       # its length), -inf elsewhere (SDPA's form, made once a step)
+    attn_mask: torch.Tensor | None     # added to the scores: 0 where a row may see (causal, within
+                                       # its length), -inf elsewhere (SDPA's form, made once a
+                                       # step); None: a prefill with nothing cached, causal as is
 
 class TorchPlanCache(NamedTuple):
     key: tuple                         # the plan's arguments and the tensors' versions
@@ -474,7 +475,14 @@ def _torch_plan(metadata, block_size, qpk, row_bytes, budget, min_query_len=1,
         scores = torch.zeros(visible.shape, dtype=dtype, device=dev)
         return scores.masked_fill_(~visible, float("-inf"))
     ar = torch.arange(max(sl + ql + [0]) + block_size, device=dev)
-    for idx in _buckets(ql, sl, row_bytes, budget=budget, min_query_len=min_query_len):
+    fresh = {i for i in range(len(ql)) if ql[i] == sl[i] >= max(min_query_len, 2)}
+    for i in sorted(fresh):          # a prefill with nothing cached: one causal call, no padding
+        rows = torch.arange(starts[i], starts[i + 1], device=dev)
+        nblk = cdiv(sl[i], block_size)
+        plan.append(TorchAttentionBucket(1, ql[i], nblk, metadata.block_table[i, :nblk].long(),
+                                         rows, rows, None, None))
+    ql_rest = [0 if i in fresh else q for i, q in enumerate(ql)]
+    for idx in _buckets(ql_rest, sl, row_bytes, budget=budget, min_query_len=min_query_len):
         B, mq, ml = len(idx), max(ql[i] for i in idx), max(sl[i] for i in idx)
         nblk = cdiv(ml, block_size); Lp = nblk * block_size
         idx_t = torch.tensor(idx, device=dev)
@@ -511,7 +519,13 @@ def torch_paged_attention(query, kv_cache, metadata, scale, out=None, budget=TOR
     for B, mq, nblk, blocks, q_rows, out_rows, tok_ok, mask in plan:   # TorchAttentionBucket
         # one gather copy, straight into [2, kv_head, block, offset, d]: K, V of a head contiguous
         k, v = kv_cache.permute(1, 3, 0, 2, 4).index_select(2, blocks).view(2, hkv, B, nblk * bs, d)
-        if mq == 1:                              # decodes: q [hkv, B, qpk, d]
+        if mask is None:                         # causal over the request's own rows only
+            q = query[q_rows].transpose(0, 1)[None]                     # [1, heads, mq, d]
+            k, v = k.transpose(0, 1)[:, :, :mq], v.transpose(0, 1)[:, :, :mq]
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale,
+                                               enable_gqa=True)         # (4-D: SDPA's fast path)
+            out[out_rows] = o[0].transpose(0, 1).to(out.dtype)
+        elif mq == 1:                            # decodes: q [hkv, B, qpk, d]
             q = query[q_rows].view(B, hkv, g, d).transpose(0, 1)
             o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
             out[out_rows] = o.transpose(0, 1).reshape(B, hq, d).to(out.dtype)
