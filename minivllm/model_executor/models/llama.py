@@ -23,6 +23,7 @@ from torch import nn
 from fastcore.basics import patch
 from tqdm import tqdm
 from ...attention.backends.triton_attn import AttentionMetadata, PAD_SLOT_ID, _on_device
+from ...core.kv_cache_manager import cdiv
 from ...attention.backends.cpu_attn import (CPU_ATTN_HEAD_SIZES, CPU_VEC_SOURCE,
                                                   build_cpu_library, cpu_attn_op_library, cpu_flags)
 from ...forward_context import get_forward_context, set_forward_context
@@ -251,9 +252,9 @@ def cpu_gemm(x: torch.Tensor, panels: torch.Tensor, bias: torch.Tensor | None = 
 
 def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     "vLLM's `SiluAndMul` by our kernel: `silu(gate) * up` for `x` `[rows, 2 d]` = `[gate, up]`."
-    rows, d = x.shape[0], x.shape[1] // 2
     ok = x.dtype == torch.float32 and x.device.type == "cpu" and x.dim() == 2 and x.stride(1) == 1
     if not ok or x.shape[1] % 2: raise ValueError("silu_and_mul: float32 CPU rows [gate, up]")
+    rows, d = x.shape[0], x.shape[1] // 2
     out = x.new_empty(rows, d)
     cpu_gemm_library().silu_and_mul(x.data_ptr(), x.stride(0), out.data_ptr(), rows, d,
                                     torch.get_num_threads())
@@ -340,7 +341,7 @@ def _cpu_mlp(x, gate_up, gate_up_panels, gate_up_bias, down, down_panels, down_b
     def mlp(rows):
         gate_up_rows = _cpu_linear(rows, gate_up, gate_up_panels, gate_up_bias)
         return _cpu_linear(silu_and_mul(gate_up_rows), down, down_panels, down_bias)
-    chunks = -(-x.shape[0] * gate_up.shape[0] * x.element_size() // chunk_bytes)
+    chunks = cdiv(x.shape[0] * gate_up.shape[0] * x.element_size(), chunk_bytes)
     if chunks <= 1: return mlp(x)
     return torch.cat([mlp(rows) for rows in x.tensor_split(chunks)])
 

@@ -10,6 +10,7 @@ from torch import nn
 from fastcore.basics import patch
 from tqdm import tqdm
 from ...attention.backends.triton_attn import AttentionMetadata, PAD_SLOT_ID, _on_device
+from ...core.kv_cache_manager import cdiv
 from ...attention.backends.cpu_attn import CPU_ATTN_HEAD_SIZES, CPU_VEC_SOURCE, build_cpu_library, cpu_attn_op_library, cpu_flags
 from ...forward_context import get_forward_context, set_forward_context
 from ...platforms.cpu import CPU_INDUCTOR_CONFIG
