@@ -36,7 +36,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=9)
     args = ap.parse_args()
-    llm = LLM(default_model_path(), num_gpu_blocks=256)
+    llm = LLM(default_model_path(), num_gpu_blocks=256, block_size=16)
     layers = llm.model.model.layers
     assert layers[0].self_attn.cpu_attention_op, "the C++ op did not build here: nothing to compare"
     variants = {"attention op in Python": python_op_forward(llm),

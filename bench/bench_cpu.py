@@ -91,7 +91,7 @@ import sys, time
 t0 = time.perf_counter()
 from minivllm.entrypoints.llm import LLM
 t1 = time.perf_counter()
-LLM(sys.argv[1], num_gpu_blocks=256, enforce_eager=sys.argv[2] == "eager")
+LLM(sys.argv[1], num_gpu_blocks=256, block_size=16, enforce_eager=sys.argv[2] == "eager")
 print(f"{t1 - t0:.3f} {time.perf_counter() - t1:.3f}")
 """
 
@@ -100,7 +100,7 @@ SPEED = """
 import random, sys, time, torch
 from minivllm.entrypoints.llm import LLM
 from minivllm.sampling_params import SamplingParams
-llm = LLM(sys.argv[1], num_gpu_blocks=1024)
+llm = LLM(sys.argv[1], num_gpu_blocks=1024, block_size=16)
 rng = random.Random(32)
 batch = [[rng.randrange(100, 49152) for _ in range(rng.randint(16, 256))] for _ in range(32)]
 single = [[rng.randrange(100, 49152) for _ in range(26)]]
@@ -367,7 +367,7 @@ def main():
               f"batched 32 x 64 {b1:.1f} vs {b0:.1f} tok/s ({b1 / b0:.2f}x), decoding 32 x 64 after 16-token "
               f"prompts {d1:.1f} vs {d0:.1f} tok/s ({d1 / d0:.2f}x)", flush=True)
 
-    llm = LLM(path, num_gpu_blocks=1024)
+    llm = LLM(path, num_gpu_blocks=1024, block_size=16)
     tok, c = llm.get_tokenizer(), llm.model.config
     vocab, pad = c.vocab_size, tok.pad_token_id
 

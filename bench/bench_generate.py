@@ -91,7 +91,7 @@ def main():
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     from transformers import AutoModelForCausalLM
-    llm = LLM(default_model_path(), num_gpu_blocks=1024)
+    llm = LLM(default_model_path(), num_gpu_blocks=1024, block_size=16)
     hf = AutoModelForCausalLM.from_pretrained(default_model_path(), dtype=torch.float32).eval()
     print(f"SmolLM2-135M-Instruct, float32, {args.threads} threads, {torch.__version__}")
     compare(llm, hf, args.sizes, repeat=args.repeat)

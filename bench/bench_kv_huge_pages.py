@@ -39,7 +39,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--max-tokens", type=int, default=40)
     args = ap.parse_args()
-    llm = LLM(num_gpu_blocks=1024)
+    llm = LLM(num_gpu_blocks=1024, block_size=16)
     runner = llm.engine_core.model_executor
     sets = {"huge pages": runner.kv_caches, "4 KiB pages": [c.clone() for c in runner.kv_caches]}
     print(f"KV cache: {sum(c.numel() * 4 for c in runner.kv_caches) / 1e6:.0f} MB in {len(sets['huge pages'])} "

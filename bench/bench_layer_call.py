@@ -71,7 +71,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=9)
     args = ap.parse_args()
-    llm = LLM(default_model_path(), num_gpu_blocks=256)
+    llm = LLM(default_model_path(), num_gpu_blocks=256, block_size=16)
     layers = llm.model.model.layers
     step = type(layers[0]).forward
     guarded = torch.compile(types.FunctionType(step.__code__.replace(), step.__globals__, step.__name__))

@@ -52,7 +52,7 @@ def first_op_after_layers(llm, prompt, max_tokens=128):
 
 def child(path, repeat):
     "In a process of its own: the best ms a token of `path`'s single stream, and one run's split."
-    llm = LLM(path, num_gpu_blocks=256)
+    llm = LLM(path, num_gpu_blocks=256, block_size=16)
     prompt = [random.Random(26).randrange(3, llm.model.config.vocab_size) for _ in range(26)]
     minivllm_generate(llm, [prompt], 4)
     t, _ = best_of(repeat, lambda: minivllm_generate(llm, [prompt], 128))

@@ -61,7 +61,7 @@ def main():
     args = parser.parse_args()
     model = make_tiny_model(Path(tempfile.mkdtemp()) / "tiny") if args.tiny else args.model
     rows = []
-    with AsyncLLM(model, num_gpu_blocks=args.num_gpu_blocks, max_model_len=args.input_len + args.output_len + 16,
+    with AsyncLLM(model, num_gpu_blocks=args.num_gpu_blocks, block_size=16, max_model_len=args.input_len + args.output_len + 16,
                   num_threads=args.threads, seed=args.seed) as async_llm, \
          serve_in_thread(build_app(async_llm)) as url:
         vocab_size = async_llm.engine_info.vocab_size

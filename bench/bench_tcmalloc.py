@@ -38,7 +38,7 @@ def run_llm(repeat: int) -> dict:
     from bench_cpu import minivllm_generate       # every run from an empty prefix cache
     from minivllm import LLM
     prompts, _ = workload()
-    llm = LLM(num_gpu_blocks=1024)
+    llm = LLM(num_gpu_blocks=1024, block_size=16)
     minivllm_generate(llm, prompts[:2], 4)
     f0, speeds = resource.getrusage(resource.RUSAGE_SELF).ru_minflt, []
     for _ in range(repeat):
@@ -62,7 +62,7 @@ def run_async_llm(repeat: int, tcmalloc: bool) -> dict:
         t = time.perf_counter()
         return sum(await asyncio.gather(*(one(i, p) for i, p in enumerate(batch)))) / (time.perf_counter() - t)
 
-    with async_llm.AsyncLLM(num_gpu_blocks=1024) as llm:
+    with async_llm.AsyncLLM(num_gpu_blocks=1024, block_size=16) as llm:
         asyncio.run(generate(llm, workload(0)[0][:2]))
         f0 = faults(llm.proc.pid)   # other prompts each run: nothing comes from the prefix cache
         speeds = [asyncio.run(generate(llm, workload(32 + r)[0])) for r in range(repeat)]

@@ -452,6 +452,7 @@ def make_llm(path, graphs: bool, **kw):
     from minivllm import LLM
     CUDAGraphWrapper = helper("CUDAGraphWrapper")
     kw.setdefault("attention_backend", "triton")       # the device's backend; the interpreter in the dry run
+    kw.setdefault("block_size", 16)                    # vLLM's GPU default, in the dry run too
     # on a CPU, enforce_eager=False means torch.compile, a path the device never takes: graphs are wrapped below
     llm = LLM(path, device=device(), enforce_eager=not graphs or ARGS.dry_run, **kw)
     executor = llm.engine_core.model_executor

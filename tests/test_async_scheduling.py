@@ -30,7 +30,7 @@ def build(path, async_scheduling: bool, **kwargs):
     from minivllm.engine.arg_utils import EngineArgs
     from minivllm.engine.core import build_engine_core
     args = dict(model=str(path), device="cpu", enforce_eager=True, num_threads=1, seed=0,
-                max_model_len=128, async_scheduling=async_scheduling)
+                max_model_len=128, async_scheduling=async_scheduling, block_size=16)
     return build_engine_core(EngineArgs(**{**args, **kwargs}))
 
 

@@ -84,7 +84,7 @@ SETTINGS = {
 def test_tiny_scheduler_settings_equal_transformers(tiny_paths_by_arch, setting, arch):
     d = tiny_paths_by_arch[arch]
     prompts = random_prompts([3, 17, 40, 64, 9], seed=2)
-    llm = LLM(d, **{"num_gpu_blocks": 64, **SETTINGS[setting]})
+    llm = LLM(d, **{"num_gpu_blocks": 64, "block_size": 16, **SETTINGS[setting]})   # pools of 16-token blocks
     preempted, steps = preemption_recorder(llm), []
     llm.engine_core.step_observers.append(lambda sched, so, out: steps.append(dict(so.num_scheduled_tokens)))
     priority = [2, 0, 1, 0, 3] if "priority" in setting else None
@@ -103,7 +103,7 @@ def test_shared_prefixes_and_cached_tokens(tiny_paths_by_arch, caching, arch):
     d = tiny_paths_by_arch[arch]
     prefix = random_prompts([40], seed=3)[0]
     prompts = random_prompts([5, 12, 1], seed=4, prefix=prefix)
-    llm = LLM(d, num_gpu_blocks=64, enable_prefix_caching=caching)
+    llm = LLM(d, num_gpu_blocks=64, block_size=16, enable_prefix_caching=caching)
     first = llm.generate(prompts, GREEDY, use_tqdm=False)
     again = llm.generate(prompts[:1], GREEDY, use_tqdm=False)[0]
     assert token_ids(first) + [again.outputs[0].token_ids] == hf_greedy(d, prompts + prompts[:1], 24)

@@ -29,7 +29,7 @@ def one(llm, prompt, sp):
 # ---------------------------------------------------------------- n: fan out, fan in
 
 def test_n_seeded_reproducible_distinct_and_prefilled_once(tiny_llama_path):
-    llm = LLM(tiny_llama_path, num_gpu_blocks=64, max_model_len=256)
+    llm = LLM(tiny_llama_path, num_gpu_blocks=64, max_model_len=256, block_size=16)
     prompt = list(range(3, 43))                                  # 40 tokens: 2 full blocks of 16, 8 more
     sp = SamplingParams(n=4, seed=11, temperature=1.0, max_tokens=12, ignore_eos=True)
     out = llm.generate([prompt], sp, use_tqdm=False)[0]
@@ -43,7 +43,7 @@ def test_n_seeded_reproducible_distinct_and_prefilled_once(tiny_llama_path):
     # child i is seeded with seed + i: the same as a single request with that seed
     alone = one(llm, [prompt], SamplingParams(seed=13, temperature=1.0, max_tokens=12, ignore_eos=True))
     assert tuple(alone.token_ids) == completions[2]
-    again = LLM(tiny_llama_path, num_gpu_blocks=64, max_model_len=256).generate([prompt], sp, use_tqdm=False)[0]
+    again = LLM(tiny_llama_path, num_gpu_blocks=64, max_model_len=256, block_size=16).generate([prompt], sp, use_tqdm=False)[0]
     assert [tuple(c.token_ids) for c in again.outputs] == completions
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from minivllm.engine.arg_utils import EngineArgs, batch_limits
+from minivllm.engine.arg_utils import EngineArgs, batch_limits, default_block_size
 from minivllm.engine.core import get_diff_sampling_param, try_get_generation_config
 from minivllm.engine.output_processor import OutputProcessor
 from minivllm.entrypoints.cli.main import (bench_sampling_params, build_parser, engine_args_from,
@@ -108,7 +108,7 @@ def tiny_gen_path(tiny_llama_with_generation_config):
 def tiny_gen_llm_eager(tiny_gen_path):
     "This file's own `LLM` over `tiny_gen_path`: eager, and with stats on (`get_metrics`)."
     return LLM(tiny_gen_path, num_gpu_blocks_override=64, max_model_len=256, enforce_eager=True,
-               disable_log_stats=False)
+               disable_log_stats=False, block_size=16)
 
 
 @pytest.fixture(scope="module")
@@ -364,6 +364,9 @@ def test_llm_options_with_vllms_names(tiny_gen_path):
     llm = LLM(tiny_gen_path, num_gpu_blocks_override=16, max_model_len=64, enforce_eager=True, seed=None,
               tokenizer=str(tiny_gen_path), trust_remote_code=False, max_logprobs=2)
     assert llm.cache_config.num_gpu_blocks == 16
+    # vLLM's block size for the device when none is named (vllm/platforms/cpu.py: 128 on a CPU)
+    assert EngineArgs().block_size is None and llm.block_size == llm.cache_config.block_size == 128
+    assert default_block_size("cpu") == 128 and default_block_size("cuda") == 16
     with pytest.raises(ValueError, match="max allowed: 2"): llm.generate([[1]], SamplingParams(logprobs=3))
 
 

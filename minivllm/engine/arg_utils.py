@@ -3,11 +3,11 @@
 # %% ../../nbs/21_engine_core.ipynb #40bd91bb
 from __future__ import annotations
 from dataclasses import dataclass, field
-from ..config import SchedulerConfig
+from ..config import CacheConfig, SchedulerConfig
 from ..usage.usage_lib import UsageContext
 
 # %% auto #0
-__all__ = ['GiB', 'EngineArgs', 'get_batch_defaults', 'batch_limits']
+__all__ = ['GiB', 'EngineArgs', 'get_batch_defaults', 'default_block_size', 'batch_limits']
 
 # %% ../../nbs/21_engine_core.ipynb #2fed3263
 def _arg(default, help: str):
@@ -27,7 +27,8 @@ class EngineArgs:
                                     "device and entry point)")
     max_num_batched_tokens: int | None = _arg(None, "token budget of a step (default: vLLM's for "
                                               "the device and entry point)")
-    block_size: int = _arg(16, "tokens per KV-cache block")
+    block_size: int | None = _arg(None, "tokens per KV-cache block (default: vLLM's for the "
+                                  "device: 128 on a CPU, 16 on a GPU)")
     num_gpu_blocks_override: int | None = _arg(None, "KV-cache blocks (default: sized from memory)")
     num_gpu_blocks: int | None = _arg(None, "old name of --num-gpu-blocks-override")
     gpu_memory_utilization: float = _arg(0.9, "share of GPU memory for weights, activations, KV")
@@ -79,6 +80,10 @@ def get_batch_defaults(device_type: str, device_memory: int = 0, device_name: st
     if device_memory >= 70 * GiB and not small:
         return {llm: 16384, server: 8192}, {llm: 1024, server: 1024}
     return {llm: 8192, server: 2048}, {llm: 256, server: 256}
+
+def default_block_size(device_type: str) -> int:
+    "vLLM 0.33's KV-cache block size when the user names none: 128 on a CPU, else 16."
+    return 128 if device_type == "cpu" else CacheConfig.block_size
 
 def batch_limits(args: EngineArgs, usage_context: UsageContext | None, max_model_len: int,
                  device_type: str = "cpu", device_memory: int = 0, device_name: str = ""

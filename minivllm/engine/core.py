@@ -8,6 +8,7 @@ import json, time
 from collections import deque
 import contextlib
 from fastcore.basics import patch
+import dataclasses
 from dataclasses import dataclass
 import numpy as np
 from ..core.kv_cache_manager import cdiv
@@ -26,7 +27,7 @@ from ..model_executor.models.llama import compile_and_warm_up, make_kv_caches
 from minivllm.model_executor.model_loader import (compile_cache_dir, default_model_path,
     load_model)
 from ..worker.gpu_model_runner import ModelRunner
-from .arg_utils import EngineArgs, batch_limits
+from .arg_utils import EngineArgs, batch_limits, default_block_size
 from ..usage.usage_lib import UsageContext
 
 # %% auto #0
@@ -252,6 +253,8 @@ def build_engine_core(args: EngineArgs, eos_token_id: int | None = None,
                       args.gpu_memory_utilization)
     if args.num_threads is not None: torch.set_num_threads(args.num_threads)
     if args.seed is not None: torch.manual_seed(args.seed)
+    if args.block_size is None:             # vLLM's for the device (the section above)
+        args = dataclasses.replace(args, block_size=default_block_size(device.type))
     model = load_model(path, args.dtype, device, args.attention_backend)
     eos_token_id = model.config.eos_token_id if eos_token_id is None else eos_token_id
     model_len = args.max_model_len or model.config.max_position_embeddings

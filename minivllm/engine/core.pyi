@@ -4,6 +4,7 @@ import json, time
 from collections import deque
 import contextlib
 from fastcore.basics import patch
+import dataclasses
 from dataclasses import dataclass
 import numpy as np
 from ..core.kv_cache_manager import cdiv
@@ -21,7 +22,7 @@ from ..worker.utils import make_attn_metadata
 from ..model_executor.models.llama import compile_and_warm_up, make_kv_caches
 from minivllm.model_executor.model_loader import compile_cache_dir, default_model_path, load_model
 from ..worker.gpu_model_runner import ModelRunner
-from .arg_utils import EngineArgs, batch_limits
+from .arg_utils import EngineArgs, batch_limits, default_block_size
 from ..usage.usage_lib import UsageContext
 __all__ = ['DEFAULT_CPU_KV_CACHE_BYTES', 'TOKENIZER_FILES', 'SAMPLING_DEFAULT_FIELDS', 'kv_cache_bytes_per_block', 'num_blocks_for', 'EngineInfo', 'EngineCore', 'resolve_model_path', 'load_tokenizer', 'resolve_device', 'check_engine_args', 'profile_seq_lens', 'profile_kv_cache_memory', 'num_gpu_blocks_for', 'build_engine_core', 'try_get_generation_config', 'get_diff_sampling_param']
 DEFAULT_CPU_KV_CACHE_BYTES = 1 << 30
