@@ -31,8 +31,10 @@ class EngineArgs:
                                   "device: 128 on a CPU, 16 on a GPU)")
     num_gpu_blocks_override: int | None = _arg(None, "KV-cache blocks (default: sized from memory)")
     num_gpu_blocks: int | None = _arg(None, "old name of --num-gpu-blocks-override")
-    gpu_memory_utilization: float = _arg(0.9, "share of GPU memory for weights, activations, KV")
-    kv_cache_memory_bytes: int | None = _arg(None, "KV-cache budget in bytes (CPU default 1 GiB)")
+    gpu_memory_utilization: float = _arg(0.9, "share of GPU memory for weights, activations, KV "
+                                         "(GPU only: a CPU's KV budget is kv_cache_memory_bytes)")
+    kv_cache_memory_bytes: int | None = _arg(None, "KV-cache budget in bytes (CPU default 1 GiB; "
+                                             "vLLM's: gpu_memory_utilization of the memory)")
     enable_prefix_caching: bool = _arg(True, "reuse the KV blocks of identical prompt prefixes")
     enable_chunked_prefill: bool = _arg(True, "split long prompts over several steps")
     long_prefill_token_threshold: int = _arg(0, "cap on one prompt's tokens per step (0: none)")

@@ -37,7 +37,7 @@ __all__ = ['DEFAULT_CPU_KV_CACHE_BYTES', 'TOKENIZER_FILES', 'SAMPLING_DEFAULT_FI
            'build_engine_core', 'try_get_generation_config', 'get_diff_sampling_param']
 
 # %% ../../nbs/21_engine_core.ipynb #245b11c8
-DEFAULT_CPU_KV_CACHE_BYTES = 1 << 30   # 1 GiB: vLLM's CPU backend asks for a fixed budget too
+DEFAULT_CPU_KV_CACHE_BYTES = 1 << 30   # 1 GiB (vLLM 0.33: most of the node's memory, above)
 
 def kv_cache_bytes_per_block(kv_cache_spec, block_size: int) -> int:
     "Bytes of one block over all layers: keys and values of `block_size` tokens."
