@@ -8,8 +8,7 @@ import json, time
 from collections import deque
 import contextlib
 from fastcore.basics import patch
-import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 import numpy as np
 from ..core.kv_cache_manager import cdiv
 from pathlib import Path
@@ -254,7 +253,7 @@ def build_engine_core(args: EngineArgs, eos_token_id: int | None = None,
     if args.num_threads is not None: torch.set_num_threads(args.num_threads)
     if args.seed is not None: torch.manual_seed(args.seed)
     if args.block_size is None:             # vLLM's for the device (the section above)
-        args = dataclasses.replace(args, block_size=default_block_size(device.type))
+        args = replace(args, block_size=default_block_size(device.type))
     model = load_model(path, args.dtype, device, args.attention_backend)
     eos_token_id = model.config.eos_token_id if eos_token_id is None else eos_token_id
     model_len = args.max_model_len or model.config.max_position_embeddings

@@ -4,8 +4,7 @@ import json, time
 from collections import deque
 import contextlib
 from fastcore.basics import patch
-import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 import numpy as np
 from ..core.kv_cache_manager import cdiv
 from pathlib import Path
