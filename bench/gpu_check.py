@@ -186,9 +186,13 @@ def run_pytest() -> dict:
     "tests/test_attention.py on this machine, in the time the stage has left."
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_attention.py"]
     if not ARGS.dry_run:
+        # not the CPU paths' grids and hypothesis sweeps (`make test` runs them; ~30 s each here):
+        # the GPU's tests, and the C++ op's build and refusals against the device's torch
+        cmd += ["-k", "not random_batches and not torch_backend and not cpu_backend_grid "
+                      "and not op_writes"]
         try:
             import xdist  # noqa: F401  -- the device image has pytest-xdist: compile kernels in parallel
-            cmd += ["-n", "8"]
+            cmd += ["-n", str(min(16, os.cpu_count() or 1))]
         except ImportError: pass
     else:  # the Triton tests a CPU runs, but the sm_90 compile (stage k is that) and the 27-case mixed-batch grid
         cmd += ["-k", "not torch and not sm90 and not mixed_batch"]   # (the sweep's mixed case; `make test` runs it)
@@ -603,10 +607,19 @@ def stage_d():
     # a run stopped by its limit still bounds its throughput: < output tokens / limit (see the report)
     runs = [(m, e) for e in ("minivllm_graphs", "hf_generate_batch") for m in order] + \
            [(m, e) for e in ("minivllm_eager", "hf_padded_generate") for m in order]
-    limit = 60 if ARGS.dry_run else 50
     if ARGS.dry_run: runs = [r for r in runs if r[0] == "SmolLM2-135M"]     # every engine, one model
     for name, engine in runs:
-        if name in paths: attempt(f"{name}/{engine}", throughput, limit, engine, paths[name], prompts, outs)
+        if name in paths:
+            attempt(f"{name}/{engine}", throughput, run_limit(name, engine), engine, paths[name], prompts, outs)
+
+
+def run_limit(name, engine) -> float:
+    """A throughput run's seconds: 50, but transformers' continuous batching gets what decides the 5x
+    goal when it is cut off (10 s to load, then 5x the seconds minivllm's graphs took), at most 90."""
+    ours = RESULTS["items"].get(f"{name}/minivllm_graphs", {})
+    if ARGS.dry_run: return 60
+    if engine != "hf_generate_batch" or ours.get("status") != "ok": return 50
+    return min(90, 10 + 5 * RESULTS["workload"]["output_tokens"] / ours["tok_per_s"])
 
 
 def copy_bandwidth() -> dict:
@@ -783,7 +796,7 @@ def hf_continuous_batching(path, prompts, outs) -> dict:
             elif r is None and not manager.is_running(): raise RuntimeError("the generation thread stopped")
         elapsed = time.perf_counter() - t
     finally:
-        manager.stop(block=True, timeout=10)
+        manager.stop(block=True, timeout=2)     # its thread ends after the step it is in
     del manager, hf
     return {"run_s": elapsed, "output_tokens": produced, "tok_per_s": produced / elapsed,
             "uniform_lengths": uniform}
@@ -924,7 +937,7 @@ def goals(data) -> list[tuple[str, str, str]]:
 
 
 # seconds per stage on the H200: the plan fits 8 minutes with the processes' start and the report
-STAGE_LIMITS = {"a": 110, "b": 55, "c": 55, "d": 230}
+STAGE_LIMITS = {"a": 130, "b": 45, "c": 45, "d": 230}
 OVERHEAD_S = 30        # four interpreters started, the wheel installed, the report and its figures
 PLAN_S = 480
 

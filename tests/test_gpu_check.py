@@ -139,3 +139,25 @@ def test_a_spilling_kernel_fails_stage_k():
     assert p.returncode == 0, p.stderr[-3000:]
     out = json.loads(p.stdout.strip().splitlines()[-1])
     assert out["r"]["spilled_bytes"] > 0 and out["r"]["pass"] is False and out["failures"]
+
+
+def test_transformers_runs_long_enough_to_decide_the_5x_goal(gc, monkeypatch):
+    "Its limit: 10 s to load, then 5x minivllm's seconds (a cut-off run then bounds the ratio at >= 5), <= 90 s."
+    monkeypatch.setattr(gc, "ARGS", type("A", (), {"dry_run": False}))
+    fast = {"items": {"M/minivllm_graphs": {"status": "ok", "tok_per_s": 15_000}}, "workload": {"output_tokens": 150_000}}
+    monkeypatch.setattr(gc, "RESULTS", fast)
+    assert gc.run_limit("M", "hf_generate_batch") == 10 + 5 * 10     # minivllm took 10 s
+    assert gc.run_limit("M", "minivllm_eager") == gc.run_limit("Other", "hf_generate_batch") == 50
+    fast["items"]["M/minivllm_graphs"]["tok_per_s"] = 1_000           # 150 s: capped
+    assert gc.run_limit("M", "hf_generate_batch") == 90
+
+
+def test_decode_tile_sweep_runs_and_checks_every_configuration(monkeypatch):
+    "bench/gpu_decode_tiles.py at toy size under the interpreter: a row per kernel and configuration, all exact."
+    spec = importlib.util.spec_from_file_location("gpu_decode_tiles", ROOT / "bench" / "gpu_decode_tiles.py")
+    tiles = importlib.util.module_from_spec(spec); spec.loader.exec_module(tiles)
+    monkeypatch.setattr(tiles, "TILES", (16, 32)); monkeypatch.setattr(tiles, "WARPS", (4,))
+    rows = tiles.sweep("SmolLM2-135M", batch=2, ctx=20, bandwidth=1e9)
+    assert [(r["kernel"], r["tile"]) for r in rows] == [(k, t) for k in ("unified", "split_kv") for t in (16, 32)]
+    assert all(r["rel_err"] < 1e-5 and r["us"] > 0 for r in rows)     # fp32 on a CPU: the same sums, reordered
+    assert [r["table"] for r in rows] == [False, True] * 2   # fp32 at head 64: the table's tile is 32, 4 warps
