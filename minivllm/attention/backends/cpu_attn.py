@@ -430,7 +430,9 @@ def torch_cpp_flags() -> tuple:
     "The kernels' flags and what code using torch's C++ API needs: its headers and libraries."
     from torch.utils import cpp_extension
     libs = cpp_extension.library_paths()[0]
-    return (*CPU_KERNEL_FLAGS, "-std=c++17", *(f"-I{p}" for p in cpp_extension.include_paths()),
+    # C++20: the standard torch.utils.cpp_extension builds extensions with (torch 2.13; its headers
+    # use C++20, which C++17 mode accepts only as extensions, with warnings)
+    return (*CPU_KERNEL_FLAGS, "-std=c++20", *(f"-I{p}" for p in cpp_extension.include_paths()),
             f"-L{libs}", f"-Wl,-rpath,{libs}", "-ltorch_cpu", "-lc10",
             f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}")
 

@@ -207,12 +207,13 @@ class KernelConfig:
 
 # (kernel, element bits, padded head size) -> KernelConfig. Each entry is the largest of BLOCK_M
 # in {64, 32, 16} x TILE in {32, 16} x warps in {4, 8} that ptxas compiles for sm_90 with 0 bytes
-# spilled.
+# spilled, but 16-bit decodes at head 64 and 128: TILE 64, the fastest configuration without
+# spills measured on an H200 (bench/gpu_decode_tiles.py).
 KERNEL_CONFIGS = {
     ("prefill", 16, 64): KernelConfig(64, 32, 4), ("prefill", 16, 128): KernelConfig(64, 32, 8),
     ("prefill", 16, 256): KernelConfig(32, 16, 8), ("prefill", 32, 64): KernelConfig(64, 32, 8),
     ("prefill", 32, 128): KernelConfig(32, 16, 4), ("prefill", 32, 256): KernelConfig(32, 16, 8),
-    ("decode", 16, 64): KernelConfig(16, 32, 4), ("decode", 16, 128): KernelConfig(16, 32, 8),
+    ("decode", 16, 64): KernelConfig(16, 64, 4), ("decode", 16, 128): KernelConfig(16, 64, 8),
     ("decode", 16, 256): KernelConfig(16, 16, 8), ("decode", 32, 64): KernelConfig(16, 32, 4),
     ("decode", 32, 128): KernelConfig(16, 32, 8), ("decode", 32, 256): KernelConfig(16, 16, 8),
     ("split_kv", 16, 64): KernelConfig(16, 32, 4), ("split_kv", 16, 128): KernelConfig(16, 16, 4),
