@@ -41,7 +41,7 @@ Checks (each failure is listed, then the script exits 1, failing the build):
   and its execution succeeded, so the site shows the results of that run.
 Usage: stage_nbs.py REPO_ROOT [SRC]   (writes docs/_nbs/, removing what was there)
 """
-import configparser, json, re, shutil, sys
+import configparser, enum, importlib, json, re, shutil, sys
 from pathlib import Path
 
 import yaml
@@ -238,6 +238,23 @@ def source_link(url, name, sources, chapter=None):
     return f'<a class="api-source reference internal" href="{href}">source</a>'
 
 
+def enum_members(md, name):
+    """An Enum's signature block -> its class line and members: show_doc gives every Enum the
+    signature of `EnumMeta.__call__`, `(*args, **kwds)`. The Enum is found through the module of
+    the entry's source link."""
+    link = _re_srclink.search(md)
+    blob = _re_blob.search(link.group(1)) if link else None
+    if not (blob and name): return md
+    module = blob.group(1).removesuffix(".py").replace("/", ".")
+    try: obj = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError): return md
+    if not (isinstance(obj, type) and issubclass(obj, enum.Enum)): return md
+    bases = ", ".join(b.__name__ for b in obj.__bases__)
+    block = "\n".join([f"class {name}({bases}):", *(f"    {e.name} = {e.value!r}" for e in obj)])
+    return re.sub(r"```python\n.*?\n```", lambda _: f"```python\n{block}\n```", md, count=1,
+                  flags=re.S)
+
+
 def showdoc_to_markdown(md, labels, sources=None, seen=None, chapter=None):
     """show_doc's Markdown output -> Markdown cell text: label, heading, source link, signature, doc.
     Returns (text, (anchor, label)), or (None, name) when `seen` already holds this name (the page
@@ -250,6 +267,7 @@ def showdoc_to_markdown(md, labels, sources=None, seen=None, chapter=None):
     if seen is not None and name:
         if name in seen: return None, name
         seen.add(name)
+    md = enum_members(md, name)
     # `[source](url){target=... style=...}` is Quarto attribute syntax pointing at `git_url`: the
     # link goes to the module's page in this site instead (or goes, if there is none)
     md = _re_srclink.sub(lambda k: source_link(k.group(1), name, sources, chapter), md)

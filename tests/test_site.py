@@ -203,3 +203,15 @@ def test_readme_image_links_are_found(tmp_path):
     md = tmp_path / "README.md"
     md.write_text("![png](index_files/a.png)\ntext ![x](https://e.org/b.png) <img src=\"c/d.png\">\n")
     assert rf.readme_images(md) == ["index_files/a.png", "c/d.png"]
+
+
+def test_an_enum_entry_lists_its_members():
+    "show_doc gives an Enum `EnumMeta.__call__`'s `(*args, **kwds)`; the entry shows its members."
+    st = _mod("stage_nbs")
+    from nbdev.showdoc import show_doc
+    from minivllm.request import RequestStatus
+    md = st.enum_members(show_doc(RequestStatus)._repr_markdown_(), "RequestStatus")
+    assert "kwds" not in md and "class RequestStatus(IntEnum):" in md
+    assert f"    WAITING = {RequestStatus.WAITING.value}" in md
+    assert st.enum_members("[source](https://x/blob/main/minivllm/request.py#L1)\n```python\n"
+                           "def Request(a):\n```", "Request").endswith("def Request(a):\n```")
