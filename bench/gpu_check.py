@@ -616,8 +616,8 @@ def stage_d():
 def run_limit(name, engine) -> float:
     """A throughput run's seconds: 50, but transformers' continuous batching gets what decides the 5x
     goal when it is cut off (10 s to load, then 5x the seconds minivllm's graphs took), at most 90."""
-    ours = RESULTS["items"].get(f"{name}/minivllm_graphs", {})
     if ARGS.dry_run: return 60
+    ours = RESULTS["items"].get(f"{name}/minivllm_graphs", {})
     if engine != "hf_generate_batch" or ours.get("status") != "ok": return 50
     return min(90, 10 + 5 * RESULTS["workload"]["output_tokens"] / ours["tok_per_s"])
 
