@@ -10,36 +10,15 @@ Every configuration's output is checked against the table's configuration.
 
 Without a GPU it runs at toy size under the Triton interpreter (a rehearsal of the code path only).
 """
-import argparse, json, os, time
+import argparse, json, os, sys, types
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gpu_check  # noqa: E402  -- its timing and copy bandwidth, measured the same way here
 
 GPU = None
 SHAPES = {"SmolLM2-135M": (9, 3, 64), "Qwen3-0.6B": (16, 8, 128)}   # query heads, KV heads, head size
 TILES, WARPS = (16, 32, 64, 128), (2, 4, 8)
-
-
-def sync():
-    import torch
-    if GPU: torch.cuda.synchronize()
-
-
-def seconds_per_call(fn, n=20) -> float:
-    "Median of three synchronised loops of `n` calls, after two warm-up calls."
-    fn(); fn(); sync()
-    times = []
-    for _ in range(3):
-        t = time.perf_counter()
-        for _ in range(n if GPU else 1): fn()
-        sync(); times.append((time.perf_counter() - t) / (n if GPU else 1))
-    return sorted(times)[1]
-
-
-def copy_bandwidth() -> float:
-    "Bytes read + written per second by a device-to-device copy (the GPU check's measure)."
-    import torch
-    n = (4 << 30) if GPU else (16 << 20)
-    a = torch.empty(n // 2, dtype=torch.float16, device="cuda" if GPU else "cpu").normal_()
-    b = torch.empty_like(a)
-    return 2 * n / seconds_per_call(lambda: b.copy_(a), 5)
 
 
 def decode_batch(hq, hkv, d, batch, ctx, block_size=16):
@@ -74,7 +53,7 @@ def sweep(name, batch, ctx, bandwidth) -> list:
                 try:
                     err = (fn(query, cache, md, scale, config=cfg).float() - want.float()).norm() \
                         / want.float().norm()
-                    s = seconds_per_call(lambda: fn(query, cache, md, scale, config=cfg))
+                    s = gpu_check.time_fn(lambda: fn(query, cache, md, scale, config=cfg))
                     row.update(us=round(s * 1e6, 1), rel_err=float(err),
                                share_of_copy_bw=round(kv_bytes / s / bandwidth, 3))
                 except Exception as e:   # noqa: BLE001  -- a configuration that does not compile or run
@@ -89,11 +68,12 @@ def main():
     import torch
     GPU = torch.cuda.is_available()
     if not GPU: os.environ.setdefault("TRITON_INTERPRET", "1")
+    gpu_check.ARGS = types.SimpleNamespace(dry_run=not GPU)    # gpu_check's device and sizes
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", help="write every row as JSON here")
     args = ap.parse_args()
     batch, ctx = (256, 1000) if GPU else (2, 40)
-    bandwidth = copy_bandwidth()
+    bandwidth = gpu_check.copy_bandwidth()["bytes_per_s"]
     print(f"copy bandwidth {bandwidth / 1e12:.3f} TB/s; batch {batch}, context {ctx}", flush=True)
     rows = [r for name in SHAPES for r in sweep(name, batch, ctx, bandwidth)]
     for name in SHAPES:

@@ -157,6 +157,7 @@ def test_decode_tile_sweep_runs_and_checks_every_configuration(monkeypatch):
     spec = importlib.util.spec_from_file_location("gpu_decode_tiles", ROOT / "bench" / "gpu_decode_tiles.py")
     tiles = importlib.util.module_from_spec(spec); spec.loader.exec_module(tiles)
     monkeypatch.setattr(tiles, "TILES", (16, 32)); monkeypatch.setattr(tiles, "WARPS", (4,))
+    monkeypatch.setattr(tiles.gpu_check, "ARGS", type("A", (), {"dry_run": True}))   # as main() sets
     rows = tiles.sweep("SmolLM2-135M", batch=2, ctx=20, bandwidth=1e9)
     assert [(r["kernel"], r["tile"]) for r in rows] == [(k, t) for k in ("unified", "split_kv") for t in (16, 32)]
     assert all(r["rel_err"] < 1e-5 and r["us"] > 0 for r in rows)     # fp32 on a CPU: the same sums, reordered
