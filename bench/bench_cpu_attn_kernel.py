@@ -11,6 +11,7 @@ Usage: python bench/bench_cpu_attn_kernel.py --compare-tree OTHER_CHECKOUT [--re
 """
 import argparse
 import ast
+import ctypes
 import time
 from pathlib import Path
 
@@ -28,6 +29,15 @@ def source_of(tree: Path) -> str:
     return strings.get("CPU_VEC_SOURCE", "") + strings["CPU_ATTN_SOURCE"]
 
 
+def kernel_of(source: str):
+    """That source's kernel as the engine builds it, called alike: older kernels took `max_query_len` (the rows of
+    requests with at most that many queries were theirs) before the thread count; all rows here."""
+    fn = cpu_attn.cpu_attn_library(source).cpu_attention_with_kv_cache
+    if "int64_t max_query_len" not in source: return fn
+    fn.argtypes = [*fn.argtypes[:-1], ctypes.c_int64, ctypes.c_int64]
+    return lambda *args: fn(*args[:-1], 1 << 30, args[-1])
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--compare-tree", type=Path, required=True)
@@ -39,7 +49,7 @@ def main():
     query = torch.randn(1, heads, dim)
     table = torch.randperm(blocks, dtype=torch.int32)[None].contiguous()
     starts = torch.tensor([0, 1], dtype=torch.int32)
-    kernels = {name: cpu_attn.cpu_attn_library(source).cpu_attention_with_kv_cache   # as the engine builds it
+    kernels = {name: kernel_of(source)
                for name, source in (("this checkout", cpu_attn.CPU_VEC_SOURCE + cpu_attn.CPU_ATTN_SOURCE),
                                     (str(args.compare_tree), source_of(args.compare_tree)))}
     print(f"one decode row, {heads} query heads over {kv_heads} KV heads, head size {dim}, 1 thread")
@@ -50,7 +60,7 @@ def main():
             out = torch.empty_like(query)
             calls[name] = (query.data_ptr(), query.stride(0), kv.data_ptr(), out.data_ptr(),
                            starts.data_ptr(), seq_lens.data_ptr(), table.data_ptr(), blocks, 1, 1,
-                           heads, kv_heads, dim, block_size, dim ** -0.5, 1, 1)
+                           heads, kv_heads, dim, block_size, dim ** -0.5, 1)
             fn(*calls[name])
             outs[name], times[name] = out, []
         for _ in range(args.repeat):                    # the two alternated, round by round
@@ -88,7 +98,7 @@ def cold(kernels, repeat, layers=30, blocks=1024, block_size=16, heads=9, kv_hea
                     t = time.perf_counter()
                     fn(query.data_ptr(), query.stride(0), cache.data_ptr(), outs[name].data_ptr(),
                        starts.data_ptr(), seq_lens.data_ptr(), table.data_ptr(), per_row, rows, rows,
-                       heads, kv_heads, dim, block_size, dim ** -0.5, 1, threads)
+                       heads, kv_heads, dim, block_size, dim ** -0.5, threads)
                     spent += time.perf_counter() - t
                 times[name] = min(times[name], spent / layers * 1e6)
         (new, old), (a, b) = times.values(), outs.values()

@@ -232,7 +232,7 @@ def random_batch(reqs, block_size, qpk, d, share, pad, seed):
 @pytest.mark.parametrize("d", [32, 64, 128])
 @pytest.mark.parametrize("qpk", [1, 3, 4, 16])
 def test_cpu_backend_grid(block_size, d, qpk):
-    "Decode rows by the kernel, the others by SDPA, in one mixed batch with shared blocks."
+    "Every row by the C++ kernel (decode rows one by one, the others in tiles), in one mixed batch with shared blocks."
     run_step(get_attn_backend("cpu", "cpu"), MIXED_Q, MIXED_CTX, torch.float32, block_size=block_size,
              num_kv_heads=2, qpk=qpk, head_dim=d, share_prefix=1, pad=3, seed=qpk + d)
 
@@ -241,17 +241,30 @@ def test_cpu_backend_grid(block_size, d, qpk):
 @settings(max_examples=30, deadline=None)
 @given(**RANDOM_BATCHES)
 def test_cpu_kernel_random_batches(reqs, block_size, qpk, d, share, pad, seed):
-    "With no limit on the query length the kernel alone computes every row: equal to the reference."
+    "The kernel computes every row (a row it missed stays NaN): equal to the reference."
     query, key, value, cache, md = random_batch(reqs, block_size, qpk, d, share, pad, seed)
     reshape_and_cache_ref(key, value, cache, md.slot_mapping)
-    out = cpu_attention_with_kv_cache(query, cache, md, d ** -0.5, torch.full_like(query, float("nan")),
-                                      max_query_len=1 << 30)
+    out = cpu_attention_with_kv_cache(query, cache, md, d ** -0.5, torch.full_like(query, float("nan")))
     torch.testing.assert_close(out, paged_attention_ref(query, cache, md, d ** -0.5), atol=1e-5, rtol=1e-5)
 
 
 @KERNEL
-def test_cpu_kernel_leaves_other_rows_and_threads_agree():
-    "Rows of longer requests are left as they were; one thread and every thread give the same rows."
+@pytest.mark.parametrize("qpk,d", [(1, 64), (3, 64), (16, 32), (8, 128)])
+def test_cpu_kernel_tiles_of_long_requests_from_qkv_rows(qpk, d):
+    """Requests of many queries (tiles of 16 and a shorter last one; a chunk after 250 tokens of context) with the
+    query a view into each token's qkv row, as the model passes it: equal to the reference."""
+    query, key, value, cache, md = make_paged_batch([300, 37, 16, 2], [0, 250, 16, 5], num_kv_heads=2, qpk=qpk,
+                                                    head_dim=d, pad=2, seed=qpk)
+    reshape_and_cache_ref(key, value, cache, md.slot_mapping)
+    qkv = torch.cat([query.flatten(1), torch.randn(query.shape[0], 2 * 2 * d)], 1)     # [q; k; v] per token
+    view = qkv[:, :query[0].numel()].view_as(query)
+    out = cpu_attention_with_kv_cache(view, cache, md, d ** -0.5, torch.full_like(query, float("nan")))
+    torch.testing.assert_close(out, paged_attention_ref(query, cache, md, d ** -0.5), atol=1e-5, rtol=1e-5)
+
+
+@KERNEL
+def test_cpu_kernel_threads_agree():
+    "Decode rows, a 9-query request and padding: one thread and every thread give the same rows."
     query, key, value, cache, md = make_paged_batch([1] * 40 + [9], list(range(0, 400, 10)) + [30], num_kv_heads=3,
                                                     qpk=3, head_dim=64, pad=2)
     reshape_and_cache_ref(key, value, cache, md.slot_mapping)
@@ -260,8 +273,8 @@ def test_cpu_kernel_leaves_other_rows_and_threads_agree():
     for threads in (1, torch.get_num_threads()):
         torch.set_num_threads(threads)
         outs.append(cpu_attention_with_kv_cache(query, cache, md, 0.125, torch.full_like(query, 7.0)))
-    torch.testing.assert_close(outs[0][:40], ref[:40], atol=1e-5, rtol=1e-5)
-    assert (outs[0][40:49] == 7.0).all() and (outs[0][49:] == 0).all()      # the 9-query request; padding
+    torch.testing.assert_close(outs[0][:49], ref[:49], atol=1e-5, rtol=1e-5)
+    assert (outs[0][49:] == 0).all()                                        # padding
     assert torch.equal(outs[0], outs[1])
 
 
@@ -279,8 +292,8 @@ def test_cpu_kernel_shares_a_rows_kv_heads_when_rows_are_fewer_than_threads(rows
             torch.set_num_threads(n)
             outs.append(cpu_attention_with_kv_cache(query, cache, md, 0.125, torch.full_like(query, 7.0)))
     finally: torch.set_num_threads(before)
-    torch.testing.assert_close(outs[1][:rows], ref[:rows], atol=1e-5, rtol=1e-5)
-    assert (outs[1][rows:rows + 7] == 7.0).all() and (outs[1][rows + 7:] == 0).all()   # the 7-query request; padding
+    torch.testing.assert_close(outs[1][:rows + 7], ref[:rows + 7], atol=1e-5, rtol=1e-5)
+    assert (outs[1][rows + 7:] == 0).all()                                  # padding
     assert torch.equal(outs[0], outs[1])
 
 

@@ -423,10 +423,10 @@ def triton_paged_attention(query, kv_cache, metadata, scale, out=None):
 # %% ../../../nbs/12_paged_attention.ipynb #4c92be63
 TORCH_GATHER_BUDGET = 1 << 21  # bytes of K/V gathered per bucket: 2 MiB stays in a core's L2 cache
 
-def _buckets(q_lens, seq_lens, row_bytes, slack=2.0, budget=TORCH_GATHER_BUDGET, min_query_len=1):
+def _buckets(q_lens, seq_lens, row_bytes, slack=2.0, budget=TORCH_GATHER_BUDGET):
     "Group requests by query length: padding <= slack x real work, gathered K/V <= budget bytes."
     order = sorted((i for i in range(len(q_lens))
-                    if q_lens[i] >= max(min_query_len, 1) and seq_lens[i] > 0),
+                    if q_lens[i] >= 1 and seq_lens[i] > 0),
                    key=lambda i: (q_lens[i], seq_lens[i]))
     out, cur, real, mq, ml = [], [], 0, 0, 0
     for i in order:
@@ -458,12 +458,12 @@ class TorchPlanCache(NamedTuple):
     tensors: tuple                     # the metadata tensors it was built from
     plan: list[TorchAttentionBucket]
 
-def _torch_plan(metadata, block_size, qpk, row_bytes, budget, min_query_len=1,
+def _torch_plan(metadata, block_size, qpk, row_bytes, budget,
                 dtype=torch.float32) -> list[TorchAttentionBucket]:
     "Per-bucket gather indices and masks for `torch_paged_attention`, built once per step."
     ts = (metadata.query_start_loc, metadata.seq_lens, metadata.block_table)
     # in-place edits bump _version
-    key = (block_size, qpk, row_bytes, budget, min_query_len, dtype,
+    key = (block_size, qpk, row_bytes, budget, dtype,
            tuple(t._version for t in ts))
     cached = metadata.__dict__.get("_torch_plan")
     if (cached is not None and cached.key == key
@@ -476,14 +476,14 @@ def _torch_plan(metadata, block_size, qpk, row_bytes, budget, min_query_len=1,
         scores = torch.zeros(visible.shape, dtype=dtype, device=dev)
         return scores.masked_fill_(~visible, float("-inf"))
     ar = torch.arange(max(sl + ql + [0]) + block_size, device=dev)
-    fresh = {i for i in range(len(ql)) if ql[i] == sl[i] >= max(min_query_len, 2)}
+    fresh = {i for i in range(len(ql)) if ql[i] == sl[i] >= 2}
     for i in sorted(fresh):          # a prefill with nothing cached: one causal call, no padding
         rows = torch.arange(starts[i], starts[i + 1], device=dev)
         nblk = cdiv(sl[i], block_size)
         plan.append(TorchAttentionBucket(1, ql[i], nblk, metadata.block_table[i, :nblk].long(),
                                          rows, rows, None, None))
     ql_rest = [0 if i in fresh else q for i, q in enumerate(ql)]
-    for idx in _buckets(ql_rest, sl, row_bytes, budget=budget, min_query_len=min_query_len):
+    for idx in _buckets(ql_rest, sl, row_bytes, budget=budget):
         B, mq, ml = len(idx), max(ql[i] for i in idx), max(sl[i] for i in idx)
         nblk = cdiv(ml, block_size); Lp = nblk * block_size
         idx_t = torch.tensor(idx, device=dev)
@@ -508,15 +508,14 @@ def _torch_plan(metadata, block_size, qpk, row_bytes, budget, min_query_len=1,
     return plan
 
 # %% ../../../nbs/12_paged_attention.ipynb #41a456fe
-def torch_paged_attention(query, kv_cache, metadata, scale, out=None, budget=TORCH_GATHER_BUDGET,
-                          min_query_len=1):
-    "Paged attention as SDPA calls over buckets of similar requests (those >= `min_query_len`)."
+def torch_paged_attention(query, kv_cache, metadata, scale, budget=TORCH_GATHER_BUDGET):
+    "Paged attention as SDPA calls over buckets of similar requests."
     _, hq, d = query.shape
     _, _, bs, hkv, _ = kv_cache.shape
     g = hq // hkv
-    if out is None: out = torch.zeros_like(query)
+    out = torch.zeros_like(query)
     plan = _torch_plan(metadata, bs, g, 2 * hkv * d * kv_cache.element_size(), budget,
-                       min_query_len, query.dtype)
+                       query.dtype)
     for B, mq, nblk, blocks, q_rows, out_rows, tok_ok, mask in plan:   # TorchAttentionBucket
         # one gather copy, straight into [2, kv_head, block, offset, d]: K, V of a head contiguous
         k, v = kv_cache.permute(1, 3, 0, 2, 4).index_select(2, blocks).view(2, hkv, B, nblk * bs, d)

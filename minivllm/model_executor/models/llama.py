@@ -371,7 +371,7 @@ ARCHITECTURES = {  # Hugging Face architecture -> how its attention differs from
 
 class LlamaAttention(nn.Module):
     "Grouped-query self-attention with RoPE; K/V go to and from the paged cache via the backend."
-    cpu_attention_op = False    # compile_and_warm_up sets it: chapter 12's op in one-token graphs
+    cpu_attention_op = False    # compile_and_warm_up sets it: chapter 12's op in the graphs
     def __init__(self, config):
         super().__init__()
         variant = ARCHITECTURES[config.architectures[0]]
@@ -409,7 +409,7 @@ def forward(self: LlamaAttention, x, positions, cos_sin, kv_cache):
         qk = apply_rope(qk, *cos_sin)                              # q and k rotated together
     q, k = qk[:, :hq], qk[:, hq:]
     if not torch.compiler.is_compiling(): attend = layer_attention
-    elif n == 1 and self.cpu_attention_op: attend = torch.ops.minivllm.cpu_layer_attention
+    elif self.cpu_attention_op: attend = torch.ops.minivllm.cpu_layer_attention
     else: attend = layer_attention_op                  # (the C++ op calls no Python: chapter 12)
     out = attend(q, k, v, kv_cache, self.scaling)
     return self.o_proj(out.view(n, self.q_size))
@@ -685,7 +685,7 @@ def compile_and_warm_up(model: LlamaForCausalLM, cache: Path | None = None) -> b
     cpp_op = (model.attn_backend.name == "cpu" and kv.dtype == torch.float32      # what it takes
               and get_head_dim(model.config) in CPU_ATTN_HEAD_SIZES
               and cpu_attn_op_library() is not None)
-    for m in inner.modules():     # one-token graphs attend in C++, calling no Python (chapter 12)
+    for m in inner.modules():     # the graphs attend in C++, calling no Python (chapter 12)
         if hasattr(m, "cpu_attention_op"): m.cpu_attention_op = cpp_op
     graphs = {"single-token steps": (step, layer, layer_example(model, 1), (1, blocks)),
               "steps of 2+ tokens": (step, layer, layer_example(model, 2), (2, blocks)),
