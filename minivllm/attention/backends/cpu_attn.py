@@ -77,16 +77,16 @@ struct Ahead {
 // and values `v[0..n)` (rows of the paged cache), each key and value read once for all of them:
 // scores 16 keys at a time, a softmax per head, then out = p @ V. Rows are fetched ahead of use:
 // the blocks lie anywhere in memory, where the CPU's own prefetcher does not follow.
-constexpr int MAX_GROUP = 8;                  // query heads per call; larger groups take more calls
-template <int D>
-static void attend(const float* q, int G, const float* const* k, const float* const* v, int64_t n,
+// `G` is a template argument, as `D` is: the queries and accumulators stay in registers.
+template <int D, int G>
+static void attend(const float* q, const float* const* k, const float* const* v, int64_t n,
                    float scale, float* s, float* out, Ahead& ahead) {
     const int64_t stride = (n + W - 1) / W * W;              // head g's scores: s[g * stride...]
-    vec qv[MAX_GROUP][D / W], acc[MAX_GROUP][D / W] = {};
+    vec qv[G][D / W], acc[G][D / W] = {};
     for (int g = 0; g < G; ++g)
         for (int x = 0; x < D / W; ++x) qv[g][x] = load(q + g * D + x * W) * scale;
     for (int64_t j0 = 0; j0 < n; j0 += W) {                              // scores
-        vec part[MAX_GROUP][W] = {};
+        vec part[G][W];
         const int64_t m = std::min<int64_t>(W, n - j0);
         ahead.step();
         for (int64_t j = 0; j < m; ++j) {
@@ -105,12 +105,17 @@ static void attend(const float* q, int G, const float* const* k, const float* co
             std::memcpy(s + g * stride + j0, &sums, m * sizeof(float));
         }
     }
-    float inv[MAX_GROUP];
+    float inv[G];
     for (int g = 0; g < G; ++g) {                                        // softmax
         float* sg = s + g * stride;
-        const float mx = *std::max_element(sg, sg + n);
-        vec sums = {};
+        vec top = sg[0] + vec{};
         int64_t j = 0;
+        for (; j + W <= n; j += W) { const vec x = load(sg + j); top = x > top ? x : top; }
+        float mx = sg[0];
+        for (int x = 0; x < W; ++x) mx = std::max(mx, top[x]);
+        for (; j < n; ++j) mx = std::max(mx, sg[j]);
+        vec sums = {};
+        j = 0;
         for (; j + W <= n; j += W) {                              // 16 exponentials at a time
             const vec e = exp16(load(sg + j) - mx);
             store(sg + j, e);
@@ -132,6 +137,17 @@ static void attend(const float* q, int G, const float* const* k, const float* co
     }
     for (int g = 0; g < G; ++g)
         for (int x = 0; x < D / W; ++x) store(out + g * D + x * W, acc[g][x] * inv[g]);
+}
+
+constexpr int MAX_GROUP = 8;                  // query heads per call; larger groups take more calls
+typedef void (*attend_fn)(const float*, const float* const*, const float* const*, int64_t, float,
+                          float*, float*, Ahead&);
+template <int D>
+static attend_fn attend_group(int64_t G) {                  // the kernel for G <= MAX_GROUP heads
+    static constexpr attend_fn kernels[] = {nullptr, attend<D, 1>, attend<D, 2>, attend<D, 3>,
+                                            attend<D, 4>, attend<D, 5>, attend<D, 6>,
+                                            attend<D, 7>, attend<D, 8>};
+    return kernels[G];
 }
 
 
@@ -231,8 +247,8 @@ extern "C" int cpu_attention_with_kv_cache(
         int64_t block_table_stride, int64_t num_seqs, int64_t num_tokens, int64_t num_heads,
         int64_t num_kv_heads, int64_t head_dim, int64_t block_size, float scale,
         int64_t num_threads) {
-    const auto row = head_dim == 32 ? attend<32> : head_dim == 64 ? attend<64>
-                     : head_dim == 128 ? attend<128> : nullptr;
+    const auto row = head_dim == 32 ? attend_group<32> : head_dim == 64 ? attend_group<64>
+                     : head_dim == 128 ? attend_group<128> : nullptr;
     const auto tile = head_dim == 32 ? attend_tile<32> : head_dim == 64 ? attend_tile<64>
                       : attend_tile<128>;
     if (row == nullptr) return 1;
@@ -322,9 +338,9 @@ extern "C" int cpu_attention_with_kv_cache(
                         for (auto& r : rows) r += head_dim;
                     for (int64_t g = 0; g < group; g += MAX_GROUP) {
                         const int64_t h = kh * group + g;
-                        row(query + t0 * query_row_stride + h * head_dim,
-                            std::min<int64_t>(MAX_GROUP, group - g), &rows[0], &rows[padded], n,
-                            scale, scratch.data(), o + h * head_dim, ahead);
+                        row(std::min<int64_t>(MAX_GROUP, group - g))(
+                            query + t0 * query_row_stride + h * head_dim, &rows[0],
+                            &rows[padded], n, scale, scratch.data(), o + h * head_dim, ahead);
                     }
                 }
             }
