@@ -143,8 +143,8 @@ constexpr int NV = 2, PANEL = NV * W;           // a panel's row: two vectors of
 constexpr int MR = 12;                          // rows at a time: 24 accumulators in registers
 
 // R rows of x times one panel. Along the way it asks for `n` k-rows of the next panel
-// (`ahead`), one every `every` steps, so that the next panel's lines arrive while this one
-// computes: reading each weight once from memory then costs no waiting.
+// (`ahead`), one every `every` steps, into the first-level cache, so that the next panel's
+// lines arrive while this one computes: reading each weight once from memory costs no waiting.
 template <int R>
 static void tile(const float* x, int64_t xs, const float* panel, const float* bias, int64_t K,
                  const float* ahead, int64_t n, int64_t every, float* out, int64_t os) {
@@ -153,7 +153,7 @@ static void tile(const float* x, int64_t xs, const float* panel, const float* bi
         for (int v = 0; v < NV; ++v) acc[r][v] = bias ? load(bias + v * W) : vec{};
     for (int64_t k = 0, wait = 0; k < K; ++k) {
         if (wait-- == 0 && n-- > 0) {          // a k-row of the next panel, every `every` steps
-            for (int v = 0; v < NV; ++v) __builtin_prefetch(ahead + v * W, 0, 2);
+            for (int v = 0; v < NV; ++v) __builtin_prefetch(ahead + v * W, 0, 3);
             ahead += PANEL;
             wait = every - 1;
         }
@@ -182,7 +182,9 @@ extern "C" int cpu_gemm(const float* x, int64_t x_row_stride, const float* panel
     #pragma omp parallel for schedule(static) num_threads(threads)
     for (int64_t p = 0; p < num_panels; ++p) {     // each thread: a contiguous run of panels
         const float* panel = panels + p * K * PANEL;
-        const float* next = p + 1 < num_panels ? panel + K * PANEL : nullptr;
+        // the next panel asked for where this one is read by several blocks of rows; one block
+        // reads it once, in order, and the CPU's own prefetcher keeps up (faster without ours)
+        const float* next = blocks > 1 && p + 1 < num_panels ? panel + K * PANEL : nullptr;
         for (int64_t r0 = 0, b = 0; r0 < M; r0 += rows, ++b) {
             // block b asks for its share of the next panel's k-rows: [k0, k1), spread over K
             const int64_t k0 = next ? b * K / blocks : 0, k1 = next ? (b + 1) * K / blocks : 0;
