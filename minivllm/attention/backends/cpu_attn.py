@@ -86,7 +86,7 @@ static void attend(const float* q, const float* const* k, const float* const* v,
     for (int g = 0; g < G; ++g)
         for (int x = 0; x < D / W; ++x) qv[g][x] = load(q + g * D + x * W) * scale;
     for (int64_t j0 = 0; j0 < n; j0 += W) {                              // scores
-        vec part[G][W] = {};
+        vec part[G][W];
         const int64_t m = std::min<int64_t>(W, n - j0);
         ahead.step();
         for (int64_t j = 0; j < m; ++j) {
@@ -101,6 +101,7 @@ static void attend(const float* q, const float* const* k, const float* const* v,
             }
         }
         for (int g = 0; g < G; ++g) {
+            for (int64_t j = m; j < W; ++j) part[g][j] = vec{};      // past the last key: 0
             const vec sums = sum16(part[g]);
             std::memcpy(s + g * stride + j0, &sums, m * sizeof(float));
         }
