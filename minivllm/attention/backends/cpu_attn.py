@@ -60,16 +60,22 @@ static vec sum16(vec* v) {
     return v[0];
 }
 
-// The next work item's keys and values, asked for a few rows at a time from inside the loops of
-// the current one (`step`), so that its misses overlap this item's arithmetic.
+// The next work item's keys and values, asked for a few memory lines at a time from inside the
+// loops of the current one (`step`), so that its misses overlap this item's arithmetic.
 struct Ahead {
     const float* const* rows = nullptr;
-    int64_t n = 0, width = 0, per_step = 0, j = 0;       // rows, floats a row, rows a step, done
+    int64_t n = 0, width = 0, per_step = 0;          // rows, floats a row, lines a step
+    int64_t j = 0, x = 0;                            // the next line: row j, floats x on
     void step() { step(per_step); }
-    void rest() { step(n); }
-    void step(int64_t count) {
-        for (; count > 0 && j < n; --count, ++j)
-            for (int64_t x = 0; x < width; x += W) __builtin_prefetch(rows[j] + x, 0, 2);
+    void rest() {                                    // all the lines not yet asked for
+        for (; j < n; ++j, x = 0)
+            for (; x < width; x += W) __builtin_prefetch(rows[j] + x, 0, 2);
+    }
+    void step(int64_t lines) {
+        for (; lines > 0 && j < n; --lines) {
+            __builtin_prefetch(rows[j] + x, 0, 2);
+            if ((x += W) == width) x = 0, ++j;
+        }
     }
 };
 
@@ -294,11 +300,12 @@ extern "C" int cpu_attention_with_kv_cache(
         }
         return n;
     };
-    // An item's keys and values (`rows`) to fetch, spread over `steps` steps.
+    // An item's keys and values (`rows`) to fetch, spread evenly over `steps` steps.
     const auto ahead_of = [&](const Item& item, const std::vector<const float*>& rows,
                               int64_t steps) {
         const int64_t n = rows.size(), width = (item.kh1 - item.kh0) * head_dim;
-        return Ahead{rows.data(), n, width, (n + steps - 1) / std::max<int64_t>(1, steps)};
+        const int64_t lines = n * (width / W);
+        return Ahead{rows.data(), n, width, (lines + steps - 1) / std::max<int64_t>(1, steps)};
     };
     std::atomic<size_t> taken{0};             // items claimed by the threads: each claims the
     #pragma omp parallel num_threads(threads)  // next while it works on one, to fetch it ahead
