@@ -177,23 +177,26 @@ def test_compiled_steps_attend_in_cpp_without_python(tiny_llama_path, monkeypatc
     assert not eager.model.model.layers[0].self_attn.cpu_attention_op     # eager layers: the backend, in Python
 
 
-def test_one_token_steps_call_the_graphs_code_past_its_wrappers(tiny_llama_path, monkeypatch):
-    """A compiled CPU engine calls its one-row graphs' generated code itself (inductor_call): in decode steps
-    nothing reaches inductor's CompiledFxGraph (the wrappers' last step), in the prefill step every layer does."""
+def test_compiled_steps_call_the_graphs_code_past_its_wrappers(tiny_llama_path, monkeypatch):
+    """A compiled CPU engine calls its graphs' generated code itself (inductor_call): in the prefill step (the
+    graph of 2+ tokens) and in decode steps (one row) nothing reaches inductor's CompiledFxGraph (the wrappers'
+    last step)."""
     from torch._inductor.output_code import CompiledFxGraph
     llm = LLM(tiny_llama_path, num_gpu_blocks=16)
     calls, call_graph = [], CompiledFxGraph.__call__
     monkeypatch.setattr(CompiledFxGraph, "__call__", lambda self, args: calls.append(1) or call_graph(self, args))
     out = llm.generate([prompts([5], seed=3)[0]], SamplingParams(temperature=0, max_tokens=6, ignore_eos=True),
                        use_tqdm=False)
-    assert len(out[0].outputs[0].token_ids) == 6
-    assert len(calls) == len(llm.model.model.layers)              # the 5-token prefill step's layers only
+    assert len(out[0].outputs[0].token_ids) == 6 and calls == []
+    forward = llm.model.model.layers[0].forward.__func__
+    assert forward.one_row.compiled and forward.more_rows.compiled         # both: inductor_call's
 
 
 def test_inductor_call_equals_the_wrapped_call_or_gives_up(tiny_llama_path):
-    """The direct call returns what the compiled function does, on new inputs and other weights (another layer);
-    where the probe cannot show where an argument comes from (two KV blocks, as many as K and V: the variable
-    size has two sources) it gives up, and so it does for a function that is not one inductor graph."""
+    """The direct call returns what the compiled function does, on new inputs and other weights (another layer),
+    for one row and for several (whose count reaches the graph through every input that has it); where the probe
+    cannot show where an argument comes from (two KV blocks, as many as K and V: the variable size has two
+    sources, at two dimensions) it gives up, and so it does for a function that is not one inductor graph."""
     model = load_model(tiny_llama_path)
     model.bind_kv_caches(make_kv_caches(*model.kv_cache_spec(), 4, 16))
     assert compile_and_warm_up(model)
@@ -208,6 +211,15 @@ def test_inductor_call_equals_the_wrapped_call_or_gives_up(tiny_llama_path):
             assert len(got) == len(want) == 2 and all(torch.equal(g, w) for g, w in zip(got, want))
         assert model_mod.inductor_call(compiled, layers[0], model_mod.layer_example(model, 1)) is None
         assert model_mod.inductor_call(lambda m, *xs: xs[0] * 2, layers[0], inputs) is None
+    many = layers[0].forward.__func__.more_rows
+    for rows in (3, 7):                        # other counts than the probe's
+        x, residual, positions, cos_sin, kv_cache = model_mod.layer_example(model, rows)
+        inputs = (torch.randn_like(x), torch.randn_like(residual), positions,
+                  tuple(map(torch.randn_like, cos_sin)), torch.randn_like(kv_cache))
+        with torch.no_grad(), set_forward_context(model_mod.padding_decode_metadata(rows), backend):
+            for layer in layers:
+                got, want = many(layer, *inputs), many.compiled(layer, *inputs)
+                assert all(g.shape[0] == rows and torch.equal(g, w) for g, w in zip(got, want))
 
 
 @pytest.mark.parametrize("arch", ["LlamaForCausalLM", "Qwen3ForCausalLM"])

@@ -8,9 +8,9 @@ __all__ = ['CPU_GEMM_SOURCE', 'CPU_GEMM_PANEL', 'CPU_GEMM_MAX_ROWS', 'CPU_GEMM_A
            'RMSNorm', 'rope_inv_freq', 'apply_rope', 'RotaryEmbedding', 'cpu_gemm_library', 'pack_panels', 'cpu_gemm',
            'silu_and_mul', 'register_op', 'unquantized_gemm', 'dispatch_cpu_unquantized_gemm', 'Linear', 'LlamaMLP',
            'uses_cpu_mlp', 'layer_attention', 'LlamaAttention', 'make_kv_caches', 'LlamaDecoderLayer', 'LlamaModel',
-           'LlamaForCausalLM', 'inductor_call', 'probe_like', 'padding_decode_metadata', 'trust_known_vec_isa',
-           'module_constants', 'traced_sources_unchanged', 'load_or_aot_compile', 'aot_compiled', 'layer_example',
-           'by_rows', 'compile_and_warm_up', 'rms_norm_triton', 'rope_triton']
+           'LlamaForCausalLM', 'held_tensors', 'inductor_call', 'probe_like', 'padding_decode_metadata',
+           'trust_known_vec_isa', 'module_constants', 'traced_sources_unchanged', 'load_or_aot_compile', 'aot_compiled',
+           'layer_example', 'by_rows', 'direct_call', 'compile_and_warm_up', 'rms_norm_triton', 'rope_triton']
 
 # %% ../../../nbs/13_model.ipynb #f11da485
 import ctypes, functools, hashlib, inspect, itertools, math, os, platform, sys, types
@@ -130,7 +130,10 @@ class RotaryEmbedding(nn.Module):
 
     def forward(self, positions):
         "`(cos, sin)`, each `[num_tokens, 1, head_dim // 2]`, for a flat batch of `positions`."
-        return self.cos_sin_cache.index_select(0, positions).unsqueeze(1).chunk(2, dim=-1)
+        cos_sin = self.cos_sin_cache.index_select(0, positions).unsqueeze(1).chunk(2, dim=-1)
+        # each its own contiguous tensor: a compiled layer taking views of one tensor would take
+        # their strides and offset as variables too (one graph's inputs, chapter 13's last part)
+        return tuple(half.contiguous() for half in cos_sin)
 
 # %% ../../../nbs/13_model.ipynb #7a3c91e3
 CPU_GEMM_SOURCE = r"""
@@ -522,15 +525,28 @@ def _leaves(value, path=()) -> list:
     if not isinstance(value, (tuple, list)): return [(path, value)]
     return [leaf for i, v in enumerate(value) for leaf in _leaves(v, (*path, i))]
 
-def _source(arg, params: dict, leaves: list) -> tuple:
-    "Where a graph's argument comes from: a parameter (its name), an input or an input's size."
-    if id(arg) in params: return "param", params[id(arg)]
+def held_tensors(module: nn.Module) -> dict:
+    "`id -> name` of the tensors `module` holds: parameters, buffers, plain tensor attributes."
+    held = {id(t): name for name, t in itertools.chain(module.named_parameters(),
+                                                       module.named_buffers())}
+    for path, m in module.named_modules():          # (a packed weight, our kernel's panels)
+        for k, v in vars(m).items():
+            if isinstance(v, torch.Tensor): held.setdefault(id(v), f"{path}.{k}".lstrip("."))
+    return held
+
+def _source(arg, held: dict, leaves: list) -> tuple:
+    "Where a graph's argument comes from: a tensor the module holds, an input or an input's size."
+    if id(arg) in held: return "held", held[id(arg)]
     if isinstance(arg, int):        # a size TorchDynamo made a variable: whose, and which dim
         found = [(p, d) for p, t in leaves if isinstance(t, torch.Tensor)
                  for d, n in enumerate(t.shape) if n == arg]
-    else: found = [p for p, t in leaves if t is arg]
-    if len(found) != 1: raise LookupError(f"a graph argument with {len(found)} sources")
-    return ("size" if isinstance(arg, int) else "input"), found[0]
+        # several inputs may have it (the rows of x, the residual, the positions...), all at one
+        # dimension; at another one too, it could be a fixed size that happens to be equal
+        if found and len({d for _, d in found}) == 1: return "size", found[0]
+    else:
+        found = [p for p, t in leaves if t is arg]
+        if len(found) == 1: return "input", found[0]
+    raise LookupError(f"a graph argument with {len(found)} sources")
 
 def _at(inputs, path):
     for i in path: inputs = inputs[i]
@@ -544,20 +560,21 @@ def inductor_call(compiled: Callable, module: nn.Module, probe: tuple) -> Callab
     def record(graph, args): calls.append((graph, list(args))); return call_graph(graph, args)
     with unittest.mock.patch.object(CompiledFxGraph, "__call__", record):
         want = compiled(module, *probe)
-    params = {id(p): name for name, p in module.named_parameters()}
+    held = held_tensors(module)
     try:
         (graph, args), = calls                                   # one graph, called once
-        plan = [_source(a, params, _leaves(probe)) for a in args]
+        plan = [_source(a, held, _leaves(probe)) for a in args]
         run = graph.current_callable
     except (ValueError, LookupError, AttributeError): return None
-    names = [name if kind == "param" else None for kind, name in plan]
+    names = [name if kind == "held" else None for kind, name in plan]
     inputs = [(i, where) for i, (kind, where) in enumerate(plan) if kind == "input"]
     sizes = [(i, *where) for i, (kind, where) in enumerate(plan) if kind == "size"]
     bound = weakref.WeakKeyDictionary()
     tensor = isinstance(want, torch.Tensor)
 
     def call(module, *xs):
-        if module not in bound: bound[module] = [n and module.get_parameter(n) for n in names]
+        if module not in bound:
+            bound[module] = [n and functools.reduce(getattr, n.split("."), module) for n in names]
         args = bound[module].copy()                    # inductor's code empties the list
         for i, path in inputs: args[i] = _at(xs, path)
         for i, path, dim in sizes: args[i] = _at(xs, path).shape[dim]
@@ -571,14 +588,18 @@ def inductor_call(compiled: Callable, module: nn.Module, probe: tuple) -> Callab
     call.compiled = compiled                            # what it stands for
     return call if same else None
 
-def probe_like(example: tuple) -> tuple:
-    "Inputs like `example`: random floats (outputs told apart), KV blocks counted unlike any size."
+def probe_like(example: tuple, many_rows: bool = False) -> tuple:
+    """Inputs like `example`: random floats (outputs told apart), and the counts a graph takes as
+    variables given values no other size has: the KV blocks and, with `many_rows`, the rows (those
+    of the example's first tensor and of every input with as many)."""
     sizes = {n for _, t in _leaves(example) if isinstance(t, torch.Tensor) for n in t.shape}
-    blocks = next(n for n in itertools.count(2) if n not in sizes)
+    unused = (n for n in itertools.count(2) if n not in sizes)
+    blocks, rows, first = next(unused), next(unused), example[0].shape[0]
     def like(t):
         if not isinstance(t, torch.Tensor): return t
-        shape = (blocks, *t.shape[1:]) if t.dim() == 5 else t.shape        # a KV cache
-        if not t.is_floating_point(): return t.clone()
+        shape = ((blocks, *t.shape[1:]) if t.dim() == 5                      # a KV cache
+                 else (rows, *t.shape[1:]) if many_rows and t.shape[0] == first else t.shape)
+        if not t.is_floating_point(): return t.new_zeros(shape)    # positions, as the example's
         return torch.randn(shape, dtype=t.dtype, device=t.device)
     return tuple(tuple(map(like, v)) if isinstance(v, tuple) else like(v) for v in example)
 
@@ -643,7 +664,10 @@ def load_or_aot_compile(fn: Callable, example: tuple, path: Path | None) -> Call
 def aot_compiled(fn: Callable, module: nn.Module, example: tuple, inputs, cache: Path) -> Callable:
     "`fn(module, *example)` compiled without guards, once per layout of `module` and `inputs`."
     layout = tuple((n, p.shape, p.dtype, p.device) for n, p in module.named_parameters())
-    key = (fn, type(module), layout, module_constants(module), inputs)
+    # the example's strides and offsets too: the graph bakes them in (or takes them as variables)
+    strides = tuple((t.stride(), t.storage_offset()) for _, t in _leaves(example)
+                    if isinstance(t, torch.Tensor))
+    key = (fn, type(module), layout, module_constants(module), inputs, strides)
     if key not in _COMPILED:
         # compiled C++ for this CPU (a cache folder shared by machines holds one file per CPU)
         name = repr((torch.__version__, cpu_flags(), CPU_INDUCTOR_CONFIG, fn.__module__,
@@ -674,6 +698,11 @@ def by_rows(one_row: Callable, more_rows: Callable) -> Callable:
     forward.one_row, forward.more_rows = one_row, more_rows
     return forward
 
+def direct_call(compiled: Callable, module: nn.Module, probe: tuple, backend) -> Callable:
+    "`inductor_call` of `compiled` (else itself), probed in a decode step of the probe's rows."
+    with set_forward_context(padding_decode_metadata(len(probe[0])), backend):
+        return inductor_call(compiled, module, probe) or compiled
+
 def compile_and_warm_up(model: LlamaForCausalLM, cache: Path | None = None) -> bool:
     "Compile (or load) one decoder layer, shared by all layers, and one-row logits; `False` if not."
     if not model.kv_caches: raise RuntimeError("bind the KV caches before compile_and_warm_up()")
@@ -702,12 +731,13 @@ def compile_and_warm_up(model: LlamaForCausalLM, cache: Path | None = None) -> b
         warnings.warn(f"torch.compile failed, running eagerly ({type(e).__name__}: "
                       f"{str(e)[:200]}); enforce_eager=True skips compiling")
         return False
-    one_row, more_rows, one_row_logits = compiled
-    # the one-row graphs: their code called without the wrappers around it (`inductor_call`)
-    probes = ((layer, layer_example(model, 1)), (model, (hidden,)))
-    with torch.no_grad(), set_forward_context(padding_decode_metadata(1), model.attn_backend):
-        one_row, one_row_logits = (inductor_call(f, m, probe_like(x)) or f
-                                   for f, (m, x) in zip((one_row, one_row_logits), probes))
+    # the graphs' code called without the wrappers around it (`inductor_call`), where it can be
+    probes = (probe_like(layer_example(model, 1)), probe_like(layer_example(model, 2), True),
+              probe_like((hidden,)))
+    with torch.no_grad():
+        one_row, more_rows, one_row_logits = (
+            direct_call(f, m, probe, model.attn_backend)
+            for f, m, probe in zip(compiled, (layer, layer, model), probes))
     forward = by_rows(one_row, more_rows)
     for each in inner.layers: each.forward = types.MethodType(forward, each)
     # more rows call oneDNN eagerly, as a graph would: only one row has a compiled copy

@@ -1,5 +1,5 @@
 """A Llama-family decoder (Llama, SmolLM2, Qwen2, Qwen3) over the paged KV cache, loading Hugging Face safetensors."""
-__all__ = ['CPU_GEMM_SOURCE', 'CPU_GEMM_PANEL', 'CPU_GEMM_MAX_ROWS', 'CPU_GEMM_ARGTYPES', 'cpu_linear', 'ONEDNN', 'PREPACK', 'CPU_MLP_CHUNK_BYTES', 'cpu_mlp', 'layer_attention_op', 'ARCHITECTURES', 'get_head_dim', 'rope_parameters', 'RMSNorm', 'rope_inv_freq', 'apply_rope', 'RotaryEmbedding', 'cpu_gemm_library', 'pack_panels', 'cpu_gemm', 'silu_and_mul', 'register_op', 'unquantized_gemm', 'dispatch_cpu_unquantized_gemm', 'Linear', 'LlamaMLP', 'uses_cpu_mlp', 'layer_attention', 'LlamaAttention', 'make_kv_caches', 'LlamaDecoderLayer', 'LlamaModel', 'LlamaForCausalLM', 'inductor_call', 'probe_like', 'padding_decode_metadata', 'trust_known_vec_isa', 'module_constants', 'traced_sources_unchanged', 'load_or_aot_compile', 'aot_compiled', 'layer_example', 'by_rows', 'compile_and_warm_up', 'rms_norm_triton', 'rope_triton']
+__all__ = ['CPU_GEMM_SOURCE', 'CPU_GEMM_PANEL', 'CPU_GEMM_MAX_ROWS', 'CPU_GEMM_ARGTYPES', 'cpu_linear', 'ONEDNN', 'PREPACK', 'CPU_MLP_CHUNK_BYTES', 'cpu_mlp', 'layer_attention_op', 'ARCHITECTURES', 'get_head_dim', 'rope_parameters', 'RMSNorm', 'rope_inv_freq', 'apply_rope', 'RotaryEmbedding', 'cpu_gemm_library', 'pack_panels', 'cpu_gemm', 'silu_and_mul', 'register_op', 'unquantized_gemm', 'dispatch_cpu_unquantized_gemm', 'Linear', 'LlamaMLP', 'uses_cpu_mlp', 'layer_attention', 'LlamaAttention', 'make_kv_caches', 'LlamaDecoderLayer', 'LlamaModel', 'LlamaForCausalLM', 'held_tensors', 'inductor_call', 'probe_like', 'padding_decode_metadata', 'trust_known_vec_isa', 'module_constants', 'traced_sources_unchanged', 'load_or_aot_compile', 'aot_compiled', 'layer_example', 'by_rows', 'direct_call', 'compile_and_warm_up', 'rms_norm_triton', 'rope_triton']
 import ctypes, functools, hashlib, inspect, itertools, math, os, platform, sys, types
 import unittest.mock, warnings, weakref
 from pathlib import Path
@@ -205,8 +205,12 @@ def _leaves(value, path=()) -> list:
     """`(path, leaf)` for each leaf of nested tuples and lists (`path`: the indices down to it)."""
     ...
 
-def _source(arg, params: dict, leaves: list) -> tuple:
-    """Where a graph's argument comes from: a parameter (its name), an input or an input's size."""
+def held_tensors(module: nn.Module) -> dict:
+    """`id -> name` of the tensors `module` holds: parameters, buffers, plain tensor attributes."""
+    ...
+
+def _source(arg, held: dict, leaves: list) -> tuple:
+    """Where a graph's argument comes from: a tensor the module holds, an input or an input's size."""
     ...
 
 def _at(inputs, path):
@@ -216,8 +220,10 @@ def inductor_call(compiled: Callable, module: nn.Module, probe: tuple) -> Callab
     """`compiled(module, *inputs)` calling inductor's code alone; None if the `probe` can't show how."""
     ...
 
-def probe_like(example: tuple) -> tuple:
-    """Inputs like `example`: random floats (outputs told apart), KV blocks counted unlike any size."""
+def probe_like(example: tuple, many_rows: bool=False) -> tuple:
+    """Inputs like `example`: random floats (outputs told apart), and the counts a graph takes as
+    variables given values no other size has: the KV blocks and, with `many_rows`, the rows (those
+    of the example's first tensor and of every input with as many)."""
     ...
 
 def padding_decode_metadata(n: int, device='cpu') -> AttentionMetadata:
@@ -251,6 +257,10 @@ def layer_example(model: LlamaForCausalLM, rows: int) -> tuple:
 
 def by_rows(one_row: Callable, more_rows: Callable) -> Callable:
     """A method calling `one_row` for an input (the first argument) of one row, else `more_rows`."""
+    ...
+
+def direct_call(compiled: Callable, module: nn.Module, probe: tuple, backend) -> Callable:
+    """`inductor_call` of `compiled` (else itself), probed in a decode step of the probe's rows."""
     ...
 
 def compile_and_warm_up(model: LlamaForCausalLM, cache: Path | None=None) -> bool:
