@@ -20,7 +20,7 @@ from minivllm.entrypoints.llm import LLM
 from minivllm.model_executor.models.llama import (CPU_GEMM_MAX_ROWS, Linear, compile_and_warm_up, cpu_gemm,
     cpu_gemm_library, make_kv_caches, pack_panels, unquantized_gemm)
 from minivllm.forward_context import get_forward_context, set_forward_context
-from minivllm.model_executor.model_loader import load_model
+from minivllm.model_executor.model_loader import compile_cache_dir, load_model
 from minivllm.sampling_params import SamplingParams
 
 ARCHS = ["LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"]
@@ -220,6 +220,21 @@ def test_inductor_call_equals_the_wrapped_call_or_gives_up(tiny_llama_path):
             for layer in layers:
                 got, want = many(layer, *inputs), many.compiled(layer, *inputs)
                 assert all(g.shape[0] == rows and torch.equal(g, w) for g, w in zip(got, want))
+
+
+def test_two_layouts_compiled_in_one_process_keep_their_graphs_called_directly(tiny_llama_path, monkeypatch,
+                                                                               tmp_path):
+    """A process that compiles the layer for two KV layouts (16- and 32-token blocks, on two models' weights)
+    calls both layouts' graphs' code directly: the second compile makes no size a variable that the example did
+    not mark (TorchDynamo's automatic dynamic shapes are off), which inductor_call could not place."""
+    monkeypatch.setattr(model_mod, "_COMPILED", {})                         # compiled here, not loaded
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    for block_size in (16, 32):
+        model = load_model(tiny_llama_path)
+        model.bind_kv_caches(make_kv_caches(*model.kv_cache_spec(), 4, block_size))
+        assert compile_and_warm_up(model, tmp_path)
+        forward = model.model.layers[0].forward.__func__
+        assert hasattr(forward.one_row, "compiled") and hasattr(forward.more_rows, "compiled"), block_size
 
 
 @pytest.mark.parametrize("arch", ["LlamaForCausalLM", "Qwen3ForCausalLM"])
@@ -440,3 +455,15 @@ def test_vec_isa_probe_runs_once_and_is_trusted_only_where_the_flags_pick_the_sa
         model_mod.trust_known_vec_isa(tmp_path)
         assert config.cpp.vec_isa_ok is False and not verdict.exists()
     cpu_vec_isa.valid_vec_isa_list.cache_clear()
+
+
+def test_compile_cache_dir_is_the_users_or_ours_never_torchs_default(monkeypatch, tmp_path):
+    """`$TORCHINDUCTOR_CACHE_DIR` where the user set it; otherwise `torch_compile/` in minivllm's folder, also once
+    torch has written its own default (under /tmp) into the variable, as importing TorchDynamo does."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+    monkeypatch.setenv("MINIVLLM_CACHE", str(tmp_path / "ours"))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "users"))
+    assert compile_cache_dir() == tmp_path / "users"
+    for torchs in (default_cache_dir(), ""):
+        monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", torchs)
+        assert compile_cache_dir() == tmp_path / "ours" / "torch_compile"

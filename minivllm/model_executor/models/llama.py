@@ -4,13 +4,14 @@
 
 # %% auto #0
 __all__ = ['CPU_GEMM_SOURCE', 'CPU_GEMM_PANEL', 'CPU_GEMM_MAX_ROWS', 'CPU_GEMM_ARGTYPES', 'cpu_linear', 'ONEDNN', 'PREPACK',
-           'CPU_MLP_CHUNK_BYTES', 'cpu_mlp', 'layer_attention_op', 'ARCHITECTURES', 'get_head_dim', 'rope_parameters',
-           'RMSNorm', 'rope_inv_freq', 'apply_rope', 'RotaryEmbedding', 'cpu_gemm_library', 'pack_panels', 'cpu_gemm',
-           'silu_and_mul', 'register_op', 'unquantized_gemm', 'dispatch_cpu_unquantized_gemm', 'Linear', 'LlamaMLP',
-           'uses_cpu_mlp', 'layer_attention', 'LlamaAttention', 'make_kv_caches', 'LlamaDecoderLayer', 'LlamaModel',
-           'LlamaForCausalLM', 'held_tensors', 'inductor_call', 'probe_like', 'padding_decode_metadata',
-           'trust_known_vec_isa', 'module_constants', 'traced_sources_unchanged', 'load_or_aot_compile', 'aot_compiled',
-           'layer_example', 'by_rows', 'direct_call', 'compile_and_warm_up', 'rms_norm_triton', 'rope_triton']
+           'CPU_MLP_CHUNK_BYTES', 'cpu_mlp', 'layer_attention_op', 'ARCHITECTURES', 'DYNAMO_CONFIG', 'get_head_dim',
+           'rope_parameters', 'RMSNorm', 'rope_inv_freq', 'apply_rope', 'RotaryEmbedding', 'cpu_gemm_library',
+           'pack_panels', 'cpu_gemm', 'silu_and_mul', 'register_op', 'unquantized_gemm',
+           'dispatch_cpu_unquantized_gemm', 'Linear', 'LlamaMLP', 'uses_cpu_mlp', 'layer_attention', 'LlamaAttention',
+           'make_kv_caches', 'LlamaDecoderLayer', 'LlamaModel', 'LlamaForCausalLM', 'held_tensors', 'inductor_call',
+           'probe_like', 'padding_decode_metadata', 'trust_known_vec_isa', 'module_constants',
+           'traced_sources_unchanged', 'load_or_aot_compile', 'aot_compiled', 'layer_example', 'by_rows', 'direct_call',
+           'compile_and_warm_up', 'rms_norm_triton', 'rope_triton']
 
 # %% ../../../nbs/13_model.ipynb #f11da485
 import ctypes, functools, hashlib, inspect, itertools, math, os, platform, sys, types
@@ -644,6 +645,12 @@ def traced_sources_unchanged(compiled) -> bool:
     return all(s.module in sys.modules and inspect.getsource(sys.modules[s.module]) == s.content
                for s in compiled.source_info().inlined_sources)
 
+# floats (eps, scale) as constants; and no size a variable but those the example marks: TorchDynamo
+# would otherwise make variables of what differs from an earlier compile of the same code in the
+# process (another KV layout, another model's weights), a graph's arguments `inductor_call` can't
+# place, and keep that graph in the cache for every later process
+DYNAMO_CONFIG = {"specialize_float": True, "automatic_dynamic_shapes": False}
+
 def load_or_aot_compile(fn: Callable, example: tuple, path: Path | None) -> Callable:
     "`fn` compiled ahead of time for inputs like `example`: loaded from `path`, else saved there."
     if path is not None and path.exists():
@@ -654,7 +661,7 @@ def load_or_aot_compile(fn: Callable, example: tuple, path: Path | None) -> Call
         except Exception as e: warnings.warn(f"compiling again: {path} did not load ({e!r:.200})")
     # vLLM's guard_filter_fn: the caller's key, checked once, instead of guards at every call
     options = {"guard_filter_fn": torch.compiler.skip_all_guards_unsafe, **CPU_INDUCTOR_CONFIG}
-    with torch._dynamo.config.patch(specialize_float=True):    # floats (eps, scale): constants
+    with torch._dynamo.config.patch(DYNAMO_CONFIG):
         compiled = torch.compile(fn, fullgraph=True, options=options).aot_compile((example, {}))
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -670,8 +677,8 @@ def aot_compiled(fn: Callable, module: nn.Module, example: tuple, inputs, cache:
     key = (fn, type(module), layout, module_constants(module), inputs, strides)
     if key not in _COMPILED:
         # compiled C++ for this CPU (a cache folder shared by machines holds one file per CPU)
-        name = repr((torch.__version__, cpu_flags(), CPU_INDUCTOR_CONFIG, fn.__module__,
-                     fn.__qualname__, *key[1:]))
+        name = repr((torch.__version__, cpu_flags(), CPU_INDUCTOR_CONFIG, DYNAMO_CONFIG,
+                     fn.__module__, fn.__qualname__, *key[1:]))
         digest = hashlib.sha256(name.encode()).hexdigest()[:16]
         # a notebook's own classes: compiled in this process only (their code has no file)
         path = None if fn.__module__ == "__main__" else (

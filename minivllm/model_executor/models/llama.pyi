@@ -1,5 +1,5 @@
 """A Llama-family decoder (Llama, SmolLM2, Qwen2, Qwen3) over the paged KV cache, loading Hugging Face safetensors."""
-__all__ = ['CPU_GEMM_SOURCE', 'CPU_GEMM_PANEL', 'CPU_GEMM_MAX_ROWS', 'CPU_GEMM_ARGTYPES', 'cpu_linear', 'ONEDNN', 'PREPACK', 'CPU_MLP_CHUNK_BYTES', 'cpu_mlp', 'layer_attention_op', 'ARCHITECTURES', 'get_head_dim', 'rope_parameters', 'RMSNorm', 'rope_inv_freq', 'apply_rope', 'RotaryEmbedding', 'cpu_gemm_library', 'pack_panels', 'cpu_gemm', 'silu_and_mul', 'register_op', 'unquantized_gemm', 'dispatch_cpu_unquantized_gemm', 'Linear', 'LlamaMLP', 'uses_cpu_mlp', 'layer_attention', 'LlamaAttention', 'make_kv_caches', 'LlamaDecoderLayer', 'LlamaModel', 'LlamaForCausalLM', 'held_tensors', 'inductor_call', 'probe_like', 'padding_decode_metadata', 'trust_known_vec_isa', 'module_constants', 'traced_sources_unchanged', 'load_or_aot_compile', 'aot_compiled', 'layer_example', 'by_rows', 'direct_call', 'compile_and_warm_up', 'rms_norm_triton', 'rope_triton']
+__all__ = ['CPU_GEMM_SOURCE', 'CPU_GEMM_PANEL', 'CPU_GEMM_MAX_ROWS', 'CPU_GEMM_ARGTYPES', 'cpu_linear', 'ONEDNN', 'PREPACK', 'CPU_MLP_CHUNK_BYTES', 'cpu_mlp', 'layer_attention_op', 'ARCHITECTURES', 'DYNAMO_CONFIG', 'get_head_dim', 'rope_parameters', 'RMSNorm', 'rope_inv_freq', 'apply_rope', 'RotaryEmbedding', 'cpu_gemm_library', 'pack_panels', 'cpu_gemm', 'silu_and_mul', 'register_op', 'unquantized_gemm', 'dispatch_cpu_unquantized_gemm', 'Linear', 'LlamaMLP', 'uses_cpu_mlp', 'layer_attention', 'LlamaAttention', 'make_kv_caches', 'LlamaDecoderLayer', 'LlamaModel', 'LlamaForCausalLM', 'held_tensors', 'inductor_call', 'probe_like', 'padding_decode_metadata', 'trust_known_vec_isa', 'module_constants', 'traced_sources_unchanged', 'load_or_aot_compile', 'aot_compiled', 'layer_example', 'by_rows', 'direct_call', 'compile_and_warm_up', 'rms_norm_triton', 'rope_triton']
 import ctypes, functools, hashlib, inspect, itertools, math, os, platform, sys, types
 import unittest.mock, warnings, weakref
 from pathlib import Path
@@ -242,6 +242,7 @@ def module_constants(module: nn.Module) -> tuple:
 def traced_sources_unchanged(compiled) -> bool:
     """Whether the modules TorchDynamo traced still hold the code it compiled (vLLM's check on load)."""
     ...
+DYNAMO_CONFIG = {'specialize_float': True, 'automatic_dynamic_shapes': False}
 
 def load_or_aot_compile(fn: Callable, example: tuple, path: Path | None) -> Callable:
     """`fn` compiled ahead of time for inputs like `example`: loaded from `path`, else saved there."""
