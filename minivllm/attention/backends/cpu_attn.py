@@ -157,7 +157,6 @@ static attend_fn attend_group(int64_t G) {                  // the kernel for G 
     return kernels[G];
 }
 
-
 // A request with several queries (a prefill, a chunk): its query tokens in tiles of `TILE`, and
 // a tile's query vectors (its tokens times the query heads of one KV head) against that head's
 // keys as small matrix products, each key and value row read once for all of them. Scores are
@@ -379,7 +378,6 @@ extern "C" int cpu_attn_reshape_and_cache(
     return 0;
 }
 """
-
 
 # %% ../../../nbs/12_paged_attention.ipynb #2f654c51
 import contextlib, ctypes, functools, hashlib, os, platform, subprocess, tempfile, warnings
