@@ -34,5 +34,6 @@ setuptools.setup(
     entry_points={"console_scripts": cfg.get("console_scripts", "").split(),
                   "nbdev": [f"{cfg['lib_path']}={cfg['lib_path']}._modidx:d"]},
     include_package_data=True,
+    package_data={cfg["lib_path"]: ["csrc/**/*.cpp", "csrc/**/*.h"]},  # C++ built on first use
     zip_safe=False,
 )

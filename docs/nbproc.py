@@ -4,7 +4,7 @@ Why not the `nbdev_proc_nbs` command itself: before processing, it tries to down
 `sudo`-install Quarto, runs `pip install -e .`, and writes _quarto.yml / nbdev.yml / sidebar.yml
 into nbs/. Here we call the same machinery (`nbdev.serve._proc_file`, `nbdev.serve_drv.main`,
 nbdev's `FilterDefaults` processors: `#| hide`, `#| export`, show_doc, doc links, front matter)
-with three processors changed:
+with three processors changed and one added:
 
 * `rm_export` -> `rm_hidden`: exported cells stay on the page, as nbdev's `#| exports` would show
   them: a literate chapter shows the code it teaches. They are tagged `minivllm-export`
@@ -15,6 +15,10 @@ with three processors changed:
   it inserted a cell's entries in reverse order of the definitions.
 * `exec_show_docs` -> `docs_exec_show_docs`: (and the imports an exported cell makes under
   `if TYPE_CHECKING:` are run too, since show_doc evaluates annotations such as `llm: LLM`)
+* `cpp_cells`, before nbdev's `clean_magics` (which deletes `%` lines): a C++ source cell
+  (`%%writefile ../minivllm/csrc/cpu/NAME.cpp`, which tools/export.py writes into the package)
+  becomes highlighted C++ with its file as the caption; myst-nb highlights every code cell in the
+  notebook's language, Python.
 
 nbdev re-executes, in a fresh shell, every exported cell, every `show_doc` cell and every cell
 that contains an import (so that show_doc has something to document), and stores the new
@@ -33,7 +37,7 @@ The notebooks come from nbs/ (their saved outputs) or from a folder of executed 
 (docs/run_nbs.py writes docs/_build/executed/: the outputs of this run's notebook tests).
 Usage: nbproc.py N_WORKERS [SOURCE_DIR]   (run from the repository root)
 """
-import ast, sys
+import ast, re, sys
 from pathlib import Path
 from shutil import rmtree
 
@@ -43,8 +47,9 @@ from fastcore.parallel import parallel
 from nbdev.config import get_config
 from nbdev.doclinks import nbglob
 from nbdev.process import Processor
-from nbdev.processors import (FilterDefaults, add_show_docs, exec_show_docs, rm_export, _do_eval,
-                              _is_showdoc, _want_doc, _show_docs, _get_nm, cell_lang, _def_types)
+from nbdev.processors import (FilterDefaults, add_show_docs, clean_magics, exec_show_docs,
+                              rm_export, _do_eval, _is_showdoc, _want_doc, _show_docs, _get_nm,
+                              cell_lang, _def_types)
 from nbdev.showdoc import showdoc_nm
 from execnb.nbio import mk_cell
 from fastcore.foundation import L
@@ -187,11 +192,25 @@ def _tag_export(cell, module):
     cell["metadata"]["tags"] = tags
 
 
+_re_cpp_file = re.compile(r"%%writefile\s+\.\./(\S+\.(?:cpp|h))")
+
+
+def cpp_cells(cell):
+    "A C++ source cell (`%%writefile ../minivllm/csrc/...`) as a C++ block captioned with its file."
+    first, _, body = cell.source.partition("\n")
+    m = _re_cpp_file.fullmatch(first.strip()) if cell.cell_type == "code" else None
+    if not m: return
+    fence = "`" * max([3] + [len(r) + 1 for r in re.findall("`{3,}", body)])
+    cell.cell_type = "markdown"
+    cell.source = f"{fence}{{code-block}} cpp\n:caption: `{m[1]}`\n\n{body}\n{fence}"
+    for k in ("outputs", "execution_count"): cell.pop(k, None)
+
+
 class DocsFilter(FilterDefaults):
     def base_procs(self):
-        swap = {exec_show_docs: docs_exec_show_docs, add_show_docs: docs_add_show_docs,
-                rm_export: rm_hidden}
-        return [swap.get(p, p) for p in super().base_procs()]
+        swap = {exec_show_docs: [docs_exec_show_docs], add_show_docs: [docs_add_show_docs],
+                rm_export: [rm_hidden], clean_magics: [cpp_cells, clean_magics]}
+        return [q for p in super().base_procs() for q in swap.get(p, [p])]
 
 
 def proc_nbs(n_workers=2, src=None):

@@ -1,6 +1,6 @@
 """The package's layout (issue 18): each module where vLLM keeps its namesake, one notebook writing
 each module, no chapter importing a later one, and what must stay light stays light."""
-import ast, json, re, subprocess, sys
+import ast, importlib.util, json, re, subprocess, sys
 from pathlib import Path
 
 import pytest
@@ -85,6 +85,15 @@ def test_one_notebook_writes_each_module():
     assert on_disk - generated == written
 
 
+def test_one_cell_writes_each_cpp_file():
+    "Each file under minivllm/csrc/ is one cell's `%%writefile` (which tools/export.py writes)."
+    spec = importlib.util.spec_from_file_location("export", ROOT / "tools" / "export.py")
+    spec.loader.exec_module(export := importlib.util.module_from_spec(spec))
+    csrc = ROOT / "minivllm" / "csrc"
+    written = export.csrc_files(ROOT / "nbs", csrc)   # ValueError: two cells write one file
+    assert {p.resolve() for p in csrc.rglob("*") if p.is_file()} == set(written)
+
+
 def imported_modules(code: str, public: dict[str, str]) -> set[str]:
     "The minivllm modules a cell imports (`from minivllm import X`: the module that defines X)."
     mods = set(re.findall(r"^\s*(?:from|import) minivllm\.([\w.]+)", code, re.M))
@@ -127,7 +136,7 @@ def test_model_free_worker_and_cli_help_load_no_torch():
 
 
 def test_editors_see_whole_classes():
-    "The stubs `make export` writes put every `@patch`ed method in its class, where jedi finds it."
+    "`make export` writes every `@patch`ed method into its class, where jedi finds it."
     jedi = pytest.importorskip("jedi")
     cases = [("from minivllm import Scheduler\nScheduler(None, None).", "schedule"),
              ("from minivllm import KVCacheManager\nKVCacheManager(1, 1, 1).", "allocate_slots"),
