@@ -54,3 +54,36 @@ def __getattr__(name: str):
     return value
 
 def __dir__(): return sorted(set(globals()) | set(_MODULE_OF))
+
+# %% auto #1
+# for editors and type checkers, which do not run `__getattr__`
+from typing import TYPE_CHECKING
+if TYPE_CHECKING:
+    from .sampling_params import SamplingParams
+    from .inputs.llm import TextPrompt, TokensPrompt
+    from .request import RequestStatus, Request
+    from .core.sched.output import (SchedulerOutput, NewRequestData, CachedRequestData,
+                                    ModelRunnerOutput, EngineCoreOutput, EngineCoreOutputs,
+                                    SchedulerStats, Logprob, LogprobsLists)
+    from .core.block_pool import (NONE_HASH, hash_block_tokens, get_request_block_hasher,
+                                  KVCacheBlock, FreeKVCacheBlockQueue, BlockPool)
+    from .core.kv_cache_manager import KVCacheBlocks, KVCacheManager
+    from .config import SchedulerConfig, CacheConfig
+    from .core.sched.scheduler import Scheduler
+    from .core.sched.request_queue import (FCFSRequestQueue, PriorityRequestQueue,
+                                           create_request_queue)
+    from .worker.gpu_input_batch import CachedRequestState, InputBatch, prepare_inputs
+    from .worker.block_table import BlockTable
+    from .sample.sampler import Sampler
+    from .attention.backends.triton_attn import AttentionMetadata
+    from .attention.selector import get_attn_backend
+    from .model_executor.model_loader import load_model
+    from .worker.gpu_model_runner import ModelRunner
+    from .entrypoints.llm import LLM
+    from .engine.arg_utils import EngineArgs
+    from .engine.core import EngineCore, build_engine_core
+    from .outputs import RequestOutput, CompletionOutput, RequestOutputKind
+    from .engine.output_processor import OutputProcessor
+    from .timeline import TimelineRecorder
+    from .engine.async_llm import AsyncLLM, EngineCoreProc, EngineDeadError
+    from .entrypoints.openai.api_server import build_app, serve

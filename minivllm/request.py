@@ -7,7 +7,6 @@ from __future__ import annotations
 import enum, time
 from collections.abc import Sequence
 from typing import Callable
-from fastcore.basics import patch
 from .sampling_params import SamplingParams
 
 # %% auto #0
@@ -108,16 +107,15 @@ class Request:
         return (f"Request({self.request_id!r}, status={self.status}, num_tokens={self.num_tokens}, "
                 f"num_computed_tokens={self.num_computed_tokens})")
 
-# %% ../nbs/00_request.ipynb #568fd190
-@patch
-def append_output_token_ids(self: Request, token_ids: int | list[int]) -> None:
-    "Append sampled token(s) to both the output and the all-token list, then refresh block hashes."
-    new = [token_ids] if isinstance(token_ids, int) else list(token_ids)
-    self._output_token_ids.extend(new)
-    self._all_token_ids.extend(new)
-    self.update_block_hashes()
+    # %% ../nbs/00_request.ipynb #568fd190
+    def append_output_token_ids(self, token_ids: int | list[int]) -> None:
+        "Append sampled token(s) to both the output and the all-token list, then refresh block hashes."
+        new = [token_ids] if isinstance(token_ids, int) else list(token_ids)
+        self._output_token_ids.extend(new)
+        self._all_token_ids.extend(new)
+        self.update_block_hashes()
 
-@patch
-def update_block_hashes(self: Request) -> None:
-    "Extend `block_hashes` with the hashes of blocks that became full (no-op without a hasher)."
-    if self.block_hasher is not None: self.block_hashes.extend(self.block_hasher(self))
+    # %% ../nbs/00_request.ipynb #568fd190
+    def update_block_hashes(self) -> None:
+        "Extend `block_hashes` with the hashes of blocks that became full (no-op without a hasher)."
+        if self.block_hasher is not None: self.block_hashes.extend(self.block_hasher(self))

@@ -4,7 +4,6 @@
 from __future__ import annotations
 import enum, math
 from dataclasses import dataclass, field, fields
-from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['MAX_N_SEQUENCES', 'MAX_NUM_BAD_WORDS', 'RequestOutputKind', 'SamplingParams']
@@ -65,6 +64,114 @@ class SamplingParams:
             self.top_p, self.top_k, self.min_p = 1.0, 0, 0.0
             if self.n > 1: raise ValueError(f"n must be 1 when using greedy sampling, got {self.n}")
 
+    # %% ../nbs/00_request.ipynb #e8d93fa1
+    def _checks(self):
+        "(field, test, rule) triples validated at construction, with vLLM 0.33's bounds."
+        num = _is_num
+        return [
+            ("n", lambda: _is_int(self.n) and 1 <= self.n <= MAX_N_SEQUENCES,
+             f"must be an int in [1, {MAX_N_SEQUENCES}]"),
+            ("presence_penalty", lambda: num(self.presence_penalty)
+             and -2 <= self.presence_penalty <= 2, "must be in [-2, 2]"),
+            ("frequency_penalty", lambda: num(self.frequency_penalty)
+             and -2 <= self.frequency_penalty <= 2, "must be in [-2, 2]"),
+            ("repetition_penalty", lambda: num(self.repetition_penalty)
+             and math.isfinite(self.repetition_penalty) and self.repetition_penalty > 0,
+             "must be a finite number > 0"),
+            ("temperature", lambda: num(self.temperature) and math.isfinite(self.temperature)
+             and 0 <= self.temperature <= 2, "must be a finite number in [0, 2]"),
+            ("top_p", lambda: num(self.top_p) and 0 < self.top_p <= 1, "must be in (0, 1]"),
+            ("top_k", lambda: _is_int(self.top_k) and self.top_k >= 0,
+             "must be an int: 0 or -1 (disable), or >= 1"),
+            ("min_p", lambda: num(self.min_p) and 0 <= self.min_p <= 1, "must be in [0, 1]"),
+            ("seed", lambda: self.seed is None or _is_int(self.seed), "must be None, -1 or an int"),
+            ("stop", lambda: all(isinstance(s, str) and s for s in self.stop),
+             "must be non-empty strings"),
+            ("stop_token_ids", lambda: all(_is_int(t) and t >= 0 for t in self.stop_token_ids),
+             "must be non-negative ints"),
+            ("max_tokens", lambda: self.max_tokens is None
+             or (_is_int(self.max_tokens) and self.max_tokens >= 1), "must be None or an int >= 1"),
+            ("min_tokens", lambda: _is_int(self.min_tokens) and self.min_tokens >= 0
+             and (self.max_tokens is None or self.min_tokens <= self.max_tokens),
+             "must be an int in [0, max_tokens]"),
+            ("logprobs", lambda: _num_logprobs_ok(self.logprobs),
+             "must be None or an int >= 0 (-1, the whole vocabulary, is not supported)"),
+            ("prompt_logprobs", lambda: _num_logprobs_ok(self.prompt_logprobs),
+             "must be None or an int >= 0 (-1, the whole vocabulary, is not supported)"),
+            ("output_kind", lambda: isinstance(self.output_kind, RequestOutputKind),
+             "must be a RequestOutputKind"),
+            ("logit_bias", lambda: self.logit_bias is None or (isinstance(self.logit_bias, dict)
+             and all(_is_int(k) and k >= 0 and num(v) and math.isfinite(v)
+                     for k, v in self.logit_bias.items())),
+             "must map token ids (ints >= 0) to finite numbers"),
+            ("allowed_token_ids", lambda: self.allowed_token_ids is None
+             or (len(self.allowed_token_ids) > 0
+                 and all(_is_int(t) and t >= 0 for t in self.allowed_token_ids)),
+             "must be None or a non-empty list of token ids (ints >= 0)"),
+            ("bad_words", lambda: all(isinstance(w, str) and w for w in self.bad_words)
+             and len(self.bad_words) <= MAX_NUM_BAD_WORDS,
+             f"must be at most {MAX_NUM_BAD_WORDS} non-empty strings"),
+        ]
+
+    # %% ../nbs/00_request.ipynb #e8d93fa1
+    def _verify_args(self) -> None:
+        "Raise a `ValueError` that names the first field outside its bound (vLLM's `_verify_args`)."
+        for name, test, rule in self._checks():
+            try: ok = test()
+            except TypeError: ok = False        # a string where a number belongs, ...
+            if not ok: raise ValueError(f"SamplingParams.{name} {rule}, got {getattr(self, name)!r}")
+
+    # %% ../nbs/00_request.ipynb #e8d93fa1
+    @property
+    def is_greedy(self) -> bool:
+        "True when the sampler takes the argmax (`temperature < 1e-5`)."
+        return self.temperature < _GREEDY_EPS
+
+    # %% ../nbs/00_request.ipynb #e8d93fa1
+    @property
+    def bad_words_token_ids(self) -> list[list[int]] | None:
+        "`bad_words` as token-id sequences, once `update_from_tokenizer` has run (vLLM's name)."
+        return self._bad_words_token_ids
+
+    # %% ../nbs/00_request.ipynb #aa4cd231
+    @classmethod
+    def from_optional(cls, **kwargs) -> SamplingParams:
+        "Like the constructor, but `None` means the default (vLLM's `from_optional`)."
+        nullable = {"seed", "stop", "stop_token_ids", "max_tokens", "logprobs", "prompt_logprobs",
+                    "logit_bias", "allowed_token_ids", "bad_words"}
+        defaults = {f.name: f.default for f in fields(cls)}
+        return cls(**{k: (defaults.get(k) if v is None and k not in nullable else v)
+                      for k, v in kwargs.items()})
+
+    # %% ../nbs/00_request.ipynb #aa4cd231
+    def update_from_generation_config(self, generation_config: dict,
+                                      eos_token_id: int | None = None) -> None:
+        "Add the model's extra EOS ids (`generation_config['eos_token_id']`) to `stop_token_ids`."
+        eos_ids = generation_config.get("eos_token_id")
+        if eos_ids is None or self.ignore_eos: return
+        eos_ids = {eos_ids} if isinstance(eos_ids, int) else set(eos_ids)
+        eos_ids.discard(eos_token_id)       # the primary EOS stops a request on its own
+        if eos_ids: self.stop_token_ids = list(dict.fromkeys([*self.stop_token_ids, *sorted(eos_ids)]))
+
+    # %% ../nbs/00_request.ipynb #aa4cd231
+    def update_from_tokenizer(self, tokenizer) -> None:
+        "Tokenize `bad_words`, with and without a leading space (vLLM's `update_from_tokenizer`)."
+        if not self.bad_words: return
+        ids: list[list[int]] = []
+        for word in self.bad_words:
+            for prefix in ("", " "):
+                toks = tokenizer.encode(prefix + word.lstrip(), add_special_tokens=False)
+                if not toks:
+                    if not prefix: raise ValueError("SamplingParams.bad_words: each word must "
+                                                    f"tokenize to at least one token, got {word!r}")
+                    continue
+                if not prefix or (toks[0] != ids[-1][0] and len(toks) == len(ids[-1])):
+                    ids.append(toks)
+        if len(ids) > MAX_NUM_BAD_WORDS:
+            raise ValueError(f"SamplingParams.bad_words: {len(ids)} token sequences after "
+                             f"tokenization; at most {MAX_NUM_BAD_WORDS}")
+        self._bad_words_token_ids = ids
+
 # %% ../nbs/00_request.ipynb #e8d93fa1
 def _is_int(x) -> bool: return isinstance(x, int) and not isinstance(x, bool)
 def _is_num(x) -> bool: return isinstance(x, (int, float)) and not isinstance(x, bool)
@@ -76,109 +183,3 @@ def _as_token_id(k):
 def _num_logprobs_ok(k) -> bool:
     "None, or a count >= 0 (vLLM's -1, 'the whole vocabulary', is refused: say a number)."
     return k is None or (_is_int(k) and k >= 0)
-
-@patch
-def _checks(self: SamplingParams):
-    "(field, test, rule) triples validated at construction, with vLLM 0.33's bounds."
-    num = _is_num
-    return [
-        ("n", lambda: _is_int(self.n) and 1 <= self.n <= MAX_N_SEQUENCES,
-         f"must be an int in [1, {MAX_N_SEQUENCES}]"),
-        ("presence_penalty", lambda: num(self.presence_penalty)
-         and -2 <= self.presence_penalty <= 2, "must be in [-2, 2]"),
-        ("frequency_penalty", lambda: num(self.frequency_penalty)
-         and -2 <= self.frequency_penalty <= 2, "must be in [-2, 2]"),
-        ("repetition_penalty", lambda: num(self.repetition_penalty)
-         and math.isfinite(self.repetition_penalty) and self.repetition_penalty > 0,
-         "must be a finite number > 0"),
-        ("temperature", lambda: num(self.temperature) and math.isfinite(self.temperature)
-         and 0 <= self.temperature <= 2, "must be a finite number in [0, 2]"),
-        ("top_p", lambda: num(self.top_p) and 0 < self.top_p <= 1, "must be in (0, 1]"),
-        ("top_k", lambda: _is_int(self.top_k) and self.top_k >= 0,
-         "must be an int: 0 or -1 (disable), or >= 1"),
-        ("min_p", lambda: num(self.min_p) and 0 <= self.min_p <= 1, "must be in [0, 1]"),
-        ("seed", lambda: self.seed is None or _is_int(self.seed), "must be None, -1 or an int"),
-        ("stop", lambda: all(isinstance(s, str) and s for s in self.stop),
-         "must be non-empty strings"),
-        ("stop_token_ids", lambda: all(_is_int(t) and t >= 0 for t in self.stop_token_ids),
-         "must be non-negative ints"),
-        ("max_tokens", lambda: self.max_tokens is None
-         or (_is_int(self.max_tokens) and self.max_tokens >= 1), "must be None or an int >= 1"),
-        ("min_tokens", lambda: _is_int(self.min_tokens) and self.min_tokens >= 0
-         and (self.max_tokens is None or self.min_tokens <= self.max_tokens),
-         "must be an int in [0, max_tokens]"),
-        ("logprobs", lambda: _num_logprobs_ok(self.logprobs),
-         "must be None or an int >= 0 (-1, the whole vocabulary, is not supported)"),
-        ("prompt_logprobs", lambda: _num_logprobs_ok(self.prompt_logprobs),
-         "must be None or an int >= 0 (-1, the whole vocabulary, is not supported)"),
-        ("output_kind", lambda: isinstance(self.output_kind, RequestOutputKind),
-         "must be a RequestOutputKind"),
-        ("logit_bias", lambda: self.logit_bias is None or (isinstance(self.logit_bias, dict)
-         and all(_is_int(k) and k >= 0 and num(v) and math.isfinite(v)
-                 for k, v in self.logit_bias.items())),
-         "must map token ids (ints >= 0) to finite numbers"),
-        ("allowed_token_ids", lambda: self.allowed_token_ids is None
-         or (len(self.allowed_token_ids) > 0
-             and all(_is_int(t) and t >= 0 for t in self.allowed_token_ids)),
-         "must be None or a non-empty list of token ids (ints >= 0)"),
-        ("bad_words", lambda: all(isinstance(w, str) and w for w in self.bad_words)
-         and len(self.bad_words) <= MAX_NUM_BAD_WORDS,
-         f"must be at most {MAX_NUM_BAD_WORDS} non-empty strings"),
-    ]
-
-@patch
-def _verify_args(self: SamplingParams) -> None:
-    "Raise a `ValueError` that names the first field outside its bound (vLLM's `_verify_args`)."
-    for name, test, rule in self._checks():
-        try: ok = test()
-        except TypeError: ok = False        # a string where a number belongs, ...
-        if not ok: raise ValueError(f"SamplingParams.{name} {rule}, got {getattr(self, name)!r}")
-
-@patch(as_prop=True)
-def is_greedy(self: SamplingParams) -> bool:
-    "True when the sampler takes the argmax (`temperature < 1e-5`)."
-    return self.temperature < _GREEDY_EPS
-
-@patch(as_prop=True)
-def bad_words_token_ids(self: SamplingParams) -> list[list[int]] | None:
-    "`bad_words` as token-id sequences, once `update_from_tokenizer` has run (vLLM's name)."
-    return self._bad_words_token_ids
-
-# %% ../nbs/00_request.ipynb #aa4cd231
-@patch(cls_method=True)
-def from_optional(cls: SamplingParams, **kwargs) -> SamplingParams:
-    "Like the constructor, but `None` means the default (vLLM's `from_optional`)."
-    nullable = {"seed", "stop", "stop_token_ids", "max_tokens", "logprobs", "prompt_logprobs",
-                "logit_bias", "allowed_token_ids", "bad_words"}
-    defaults = {f.name: f.default for f in fields(cls)}
-    return cls(**{k: (defaults.get(k) if v is None and k not in nullable else v)
-                  for k, v in kwargs.items()})
-
-@patch
-def update_from_generation_config(self: SamplingParams, generation_config: dict,
-                                  eos_token_id: int | None = None) -> None:
-    "Add the model's extra EOS ids (`generation_config['eos_token_id']`) to `stop_token_ids`."
-    eos_ids = generation_config.get("eos_token_id")
-    if eos_ids is None or self.ignore_eos: return
-    eos_ids = {eos_ids} if isinstance(eos_ids, int) else set(eos_ids)
-    eos_ids.discard(eos_token_id)       # the primary EOS stops a request on its own
-    if eos_ids: self.stop_token_ids = list(dict.fromkeys([*self.stop_token_ids, *sorted(eos_ids)]))
-
-@patch
-def update_from_tokenizer(self: SamplingParams, tokenizer) -> None:
-    "Tokenize `bad_words`, with and without a leading space (vLLM's `update_from_tokenizer`)."
-    if not self.bad_words: return
-    ids: list[list[int]] = []
-    for word in self.bad_words:
-        for prefix in ("", " "):
-            toks = tokenizer.encode(prefix + word.lstrip(), add_special_tokens=False)
-            if not toks:
-                if not prefix: raise ValueError("SamplingParams.bad_words: each word must "
-                                                f"tokenize to at least one token, got {word!r}")
-                continue
-            if not prefix or (toks[0] != ids[-1][0] and len(toks) == len(ids[-1])):
-                ids.append(toks)
-    if len(ids) > MAX_NUM_BAD_WORDS:
-        raise ValueError(f"SamplingParams.bad_words: {len(ids)} token sequences after "
-                         f"tokenization; at most {MAX_NUM_BAD_WORDS}")
-    self._bad_words_token_ids = ids

@@ -6,7 +6,6 @@
 from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
-from fastcore.basics import patch
 from .request import Request, RequestStatus
 from .core.sched.output import SchedulerOutput, EngineCoreOutputs
 from .core.block_pool import PoolSnapshot, snapshot_block_pool
@@ -106,6 +105,16 @@ class StepRecord:
         "The `RequestStep` of `req_id` in this step."
         return next(r for r in self.requests if r.req_id == req_id)
 
+    # %% ../nbs/22_timeline.ipynb #0f8c7037
+    def e12(self) -> str:
+        "The token-budget article's per-step debug record (the E12 format)."
+        lines = [f"step={self.step} token_budget={self.token_budget} scheduled={self.total_scheduled}"]
+        lines += [f"req={r.req_id} state={r.state.upper()} debt={r.debt} grant={r.grant} "
+                  f"new_blocks={len(r.new_block_ids)}" for r in self.scheduled]
+        lines.append(f"waiting={self.num_waiting} running={self.num_running} "
+                     f"preempted={len(self.preempted_req_ids)} kv_usage={self.kv_usage:.2f}")
+        return "\n".join(lines)
+
 # %% ../nbs/22_timeline.ipynb #b95f1d46
 def _request_steps(scheduler_output: SchedulerOutput, live: list, unscheduled: list, ended: dict,
                    block_size: int) -> list[RequestStep]:
@@ -178,36 +187,119 @@ class TimelineRecorder:
         "Full passes over the pool (the start, and the steps that need one)."
         return self._counts.num_rescans if self._counts else 0
 
-# %% ../nbs/22_timeline.ipynb #8f07325b
-@patch
-def start(self: TimelineRecorder, scheduler: Scheduler) -> None:
-    "Note the settings, the pool and the running requests' tables (the first step calls it)."
-    sc, cc = scheduler.scheduler_config, scheduler.cache_config
-    self.settings = dict(max_num_batched_tokens=sc.max_num_batched_tokens,
-                         max_num_seqs=sc.max_num_seqs, max_model_len=sc.max_model_len,
-                         block_size=cc.block_size, num_gpu_blocks=cc.num_gpu_blocks,
-                         enable_chunked_prefill=sc.enable_chunked_prefill,
-                         long_prefill_token_threshold=sc.long_prefill_token_threshold,
-                         policy=sc.policy, enable_prefix_caching=cc.enable_prefix_caching)
-    kv = scheduler.kv_cache_manager
-    self._pool, self._live = kv.block_pool, {}
-    for r in scheduler.running:   # attached to an engine already running: its tables so far
-        self._live[r.request_id] = (r, kv.get_block_ids(r.request_id))
-    self._counts = BlockPoolCounts(self._pool)
+    # %% ../nbs/22_timeline.ipynb #8f07325b
+    def start(self, scheduler: Scheduler) -> None:
+        "Note the settings, the pool and the running requests' tables (the first step calls it)."
+        sc, cc = scheduler.scheduler_config, scheduler.cache_config
+        self.settings = dict(max_num_batched_tokens=sc.max_num_batched_tokens,
+                             max_num_seqs=sc.max_num_seqs, max_model_len=sc.max_model_len,
+                             block_size=cc.block_size, num_gpu_blocks=cc.num_gpu_blocks,
+                             enable_chunked_prefill=sc.enable_chunked_prefill,
+                             long_prefill_token_threshold=sc.long_prefill_token_threshold,
+                             policy=sc.policy, enable_prefix_caching=cc.enable_prefix_caching)
+        kv = scheduler.kv_cache_manager
+        self._pool, self._live = kv.block_pool, {}
+        for r in scheduler.running:   # attached to an engine already running: its tables so far
+            self._live[r.request_id] = (r, kv.get_block_ids(r.request_id))
+        self._counts = BlockPoolCounts(self._pool)
+
+    # %% ../nbs/22_timeline.ipynb #5ec8e15b
+    def settings_label(self) -> str:
+        "Device and scheduler settings in one line (for figure captions)."
+        s = self.settings
+        if not s: return self.device
+        onoff = lambda b: "on" if b else "off"
+        return (f"{self.device} | budget {s['max_num_batched_tokens']}, "
+                f"max_num_seqs {s['max_num_seqs']}, block_size {s['block_size']}, "
+                f"{s['num_gpu_blocks']} blocks, chunked prefill {onoff(s['enable_chunked_prefill'])}, "
+                f"long-prefill threshold {s['long_prefill_token_threshold']}, {s['policy']}, "
+                f"prefix caching {onoff(s['enable_prefix_caching'])}")
+
+    # %% ../nbs/22_timeline.ipynb #70054027
+    def _follow_tables(self, scheduler: Scheduler,
+                       scheduler_output: SchedulerOutput) -> list[int]:
+        "Apply the step's block-table diffs; returns the blocks whose state may have changed."
+        bs, caching = self.settings["block_size"], self.settings["enable_prefix_caching"]
+        live, touched = self._live, []
+        for nr in scheduler_output.scheduled_new_reqs:
+            live[nr.req_id] = (scheduler.requests.get(nr.req_id), list(nr.block_ids))  # None: ended
+            touched += nr.block_ids
+        c, grants = scheduler_output.scheduled_cached_reqs, scheduler_output.num_scheduled_tokens
+        for rid, ids, before in zip(c.req_ids, c.new_block_ids, c.num_computed_tokens):
+            if ids:                           # most decode steps: None
+                req, table = live.get(rid) or (scheduler.requests.get(rid), [])
+                # a table is replaced, never mutated: older records keep sharing the old one
+                live[rid] = (req, list(ids) if rid in c.resumed_req_ids else table + ids)
+                touched += ids
+            if caching and before % bs + grants[rid] >= bs:               # filled blocks got a hash
+                touched += live[rid][1][before // bs:(before + grants[rid]) // bs]
+        return touched
+
+    # %% ../nbs/22_timeline.ipynb #82049731
+    def __call__(self, scheduler: Scheduler, scheduler_output: SchedulerOutput,
+                 engine_core_outputs: EngineCoreOutputs) -> StepRecord:
+        "Record one step (the `EngineCore.step_observers` signature); returns the new record."
+        if self._pool is not scheduler.kv_cache_manager.block_pool: self.start(scheduler)   # first step
+        outs, pool = engine_core_outputs.outputs, self._pool
+        touched = self._follow_tables(scheduler, scheduler_output)
+        sched, preempted, live = (
+            scheduler_output.num_scheduled_tokens,
+            scheduler_output.preempted_req_ids,
+            self._live,
+        )
+        step_live = [live.get(rid, _UNKNOWN) for rid in sched]          # (request, table) per grant
+        for rid in preempted: live[rid] = (live[rid][0], [])             # its blocks were freed
+        finished = [rid for rid in sched if rid not in scheduler.requests]   # ended in this update
+        unscheduled, running = [], scheduler.running
+        if len(sched) == len(running) + len(finished): running = []     # all running ones scheduled
+        for r in [*running, *scheduler.waiting]:
+            if r.request_id in sched: continue
+            p = r.request_id in preempted
+            state = "running" if p or r.status == RequestStatus.RUNNING else (
+                "preempted" if r.status == RequestStatus.PREEMPTED else "waiting")
+            unscheduled.append((r.request_id, state, r.num_computed_tokens, r.num_tokens,
+                                r.num_prompt_tokens, live.get(r.request_id, (r, []))[1], p))
+        ended = {o.request_id: (list(o.new_token_ids), o.finish_reason)   # the outputs of ended ones
+                 for o in outs if o.finished} if finished else {}
+        released = set()                  # blocks the finished requests gave back in this update
+        for rid in finished:
+            table = live.pop(rid, _UNKNOWN)[1]
+            touched += table; released.update(b for b in table if not pool.blocks[b].ref_cnt)
+        # aborted between steps: their blocks were freed then
+        for rid in scheduler_output.finished_req_ids:
+            if rid in live: touched += live.pop(rid)[1]
+        evicted = self._counts.update(touched, rescan=bool(preempted))
+        usable, free = pool.num_gpu_blocks - 1, pool.get_num_free_blocks()
+        rec = StepRecord(
+            self.next_step,
+            scheduler.max_num_scheduled_tokens,
+            scheduler_output.total_num_scheduled_tokens,
+            len(scheduler.waiting),
+            len(scheduler.running) + len(finished),
+            len(scheduler.waiting),
+            len(scheduler.running),
+            sorted(preempted),
+            sorted(scheduler_output.finished_req_ids),
+            1.0 - (free - len(released)) / usable,
+            1.0 - free / usable,
+            free,
+            self._counts.num_cached_free,
+            self._counts.num_hashed,
+            evicted,
+            snapshot_block_pool(pool, f"after step {self.next_step}") if self.snapshot_pool else None,
+            (scheduler_output, step_live, unscheduled, ended, self.settings["block_size"]),
+        )
+        self.records.append(rec); self.next_step += 1
+        if self.max_records and len(self.records) >= 2 * self.max_records:
+            del self.records[:-self.max_records]
+        return rec
+
+    # %% ../nbs/22_timeline.ipynb #0f8c7037
+    def e12_log(self) -> str:
+        "The E12 log of every recorded step."
+        return "\n".join(r.e12() for r in self.records)
 
 # %% ../nbs/22_timeline.ipynb #5ec8e15b
-@patch
-def settings_label(self: TimelineRecorder) -> str:
-    "Device and scheduler settings in one line (for figure captions)."
-    s = self.settings
-    if not s: return self.device
-    onoff = lambda b: "on" if b else "off"
-    return (f"{self.device} | budget {s['max_num_batched_tokens']}, "
-            f"max_num_seqs {s['max_num_seqs']}, block_size {s['block_size']}, "
-            f"{s['num_gpu_blocks']} blocks, chunked prefill {onoff(s['enable_chunked_prefill'])}, "
-            f"long-prefill threshold {s['long_prefill_token_threshold']}, {s['policy']}, "
-            f"prefix caching {onoff(s['enable_prefix_caching'])}")
-
 def device_label(device, model: str | None = None) -> str:
     "'SmolLM2-135M-Instruct on cpu', 'Qwen3-0.6B on cuda:0 (NVIDIA H200)': what ran the steps."
     device = str(device)
@@ -216,27 +308,6 @@ def device_label(device, model: str | None = None) -> str:
         import torch
         where = f"{device} ({torch.cuda.get_device_name(torch.device(device))})"
     return f"{model} on {where}" if model else where
-
-# %% ../nbs/22_timeline.ipynb #70054027
-@patch
-def _follow_tables(self: TimelineRecorder, scheduler: Scheduler,
-                   scheduler_output: SchedulerOutput) -> list[int]:
-    "Apply the step's block-table diffs; returns the blocks whose state may have changed."
-    bs, caching = self.settings["block_size"], self.settings["enable_prefix_caching"]
-    live, touched = self._live, []
-    for nr in scheduler_output.scheduled_new_reqs:
-        live[nr.req_id] = (scheduler.requests.get(nr.req_id), list(nr.block_ids))  # None: ended
-        touched += nr.block_ids
-    c, grants = scheduler_output.scheduled_cached_reqs, scheduler_output.num_scheduled_tokens
-    for rid, ids, before in zip(c.req_ids, c.new_block_ids, c.num_computed_tokens):
-        if ids:                           # most decode steps: None
-            req, table = live.get(rid) or (scheduler.requests.get(rid), [])
-            # a table is replaced, never mutated: older records keep sharing the old one
-            live[rid] = (req, list(ids) if rid in c.resumed_req_ids else table + ids)
-            touched += ids
-        if caching and before % bs + grants[rid] >= bs:               # filled blocks got a hash
-            touched += live[rid][1][before // bs:(before + grants[rid]) // bs]
-    return touched
 
 # %% ../nbs/22_timeline.ipynb #afc81ba3
 class BlockPoolCounts:
@@ -284,81 +355,6 @@ class BlockPoolCounts:
 
 # %% ../nbs/22_timeline.ipynb #82049731
 _UNKNOWN = (None, [])   # (request, table) of a request the recorder never saw scheduled
-
-@patch
-def __call__(self: TimelineRecorder, scheduler: Scheduler, scheduler_output: SchedulerOutput,
-             engine_core_outputs: EngineCoreOutputs) -> StepRecord:
-    "Record one step (the `EngineCore.step_observers` signature); returns the new record."
-    if self._pool is not scheduler.kv_cache_manager.block_pool: self.start(scheduler)   # first step
-    outs, pool = engine_core_outputs.outputs, self._pool
-    touched = self._follow_tables(scheduler, scheduler_output)
-    sched, preempted, live = (
-        scheduler_output.num_scheduled_tokens,
-        scheduler_output.preempted_req_ids,
-        self._live,
-    )
-    step_live = [live.get(rid, _UNKNOWN) for rid in sched]          # (request, table) per grant
-    for rid in preempted: live[rid] = (live[rid][0], [])             # its blocks were freed
-    finished = [rid for rid in sched if rid not in scheduler.requests]   # ended in this update
-    unscheduled, running = [], scheduler.running
-    if len(sched) == len(running) + len(finished): running = []     # all running ones scheduled
-    for r in [*running, *scheduler.waiting]:
-        if r.request_id in sched: continue
-        p = r.request_id in preempted
-        state = "running" if p or r.status == RequestStatus.RUNNING else (
-            "preempted" if r.status == RequestStatus.PREEMPTED else "waiting")
-        unscheduled.append((r.request_id, state, r.num_computed_tokens, r.num_tokens,
-                            r.num_prompt_tokens, live.get(r.request_id, (r, []))[1], p))
-    ended = {o.request_id: (list(o.new_token_ids), o.finish_reason)   # the outputs of ended ones
-             for o in outs if o.finished} if finished else {}
-    released = set()                  # blocks the finished requests gave back in this update
-    for rid in finished:
-        table = live.pop(rid, _UNKNOWN)[1]
-        touched += table; released.update(b for b in table if not pool.blocks[b].ref_cnt)
-    # aborted between steps: their blocks were freed then
-    for rid in scheduler_output.finished_req_ids:
-        if rid in live: touched += live.pop(rid)[1]
-    evicted = self._counts.update(touched, rescan=bool(preempted))
-    usable, free = pool.num_gpu_blocks - 1, pool.get_num_free_blocks()
-    rec = StepRecord(
-        self.next_step,
-        scheduler.max_num_scheduled_tokens,
-        scheduler_output.total_num_scheduled_tokens,
-        len(scheduler.waiting),
-        len(scheduler.running) + len(finished),
-        len(scheduler.waiting),
-        len(scheduler.running),
-        sorted(preempted),
-        sorted(scheduler_output.finished_req_ids),
-        1.0 - (free - len(released)) / usable,
-        1.0 - free / usable,
-        free,
-        self._counts.num_cached_free,
-        self._counts.num_hashed,
-        evicted,
-        snapshot_block_pool(pool, f"after step {self.next_step}") if self.snapshot_pool else None,
-        (scheduler_output, step_live, unscheduled, ended, self.settings["block_size"]),
-    )
-    self.records.append(rec); self.next_step += 1
-    if self.max_records and len(self.records) >= 2 * self.max_records:
-        del self.records[:-self.max_records]
-    return rec
-
-# %% ../nbs/22_timeline.ipynb #0f8c7037
-@patch
-def e12(self: StepRecord) -> str:
-    "The token-budget article's per-step debug record (the E12 format)."
-    lines = [f"step={self.step} token_budget={self.token_budget} scheduled={self.total_scheduled}"]
-    lines += [f"req={r.req_id} state={r.state.upper()} debt={r.debt} grant={r.grant} "
-              f"new_blocks={len(r.new_block_ids)}" for r in self.scheduled]
-    lines.append(f"waiting={self.num_waiting} running={self.num_running} "
-                 f"preempted={len(self.preempted_req_ids)} kv_usage={self.kv_usage:.2f}")
-    return "\n".join(lines)
-
-@patch
-def e12_log(self: TimelineRecorder) -> str:
-    "The E12 log of every recorded step."
-    return "\n".join(r.e12() for r in self.records)
 
 # %% ../nbs/22_timeline.ipynb #e94c8430
 def attach_timeline(engine, recorder: TimelineRecorder | None = None,

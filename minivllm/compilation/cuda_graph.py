@@ -8,7 +8,6 @@ import bisect
 from collections import Counter
 import torch
 from torch import nn
-from fastcore.basics import patch
 from ..attention.backends.triton_attn import AttentionMetadata, PAD_SLOT_ID
 
 # %% auto #0
@@ -71,87 +70,84 @@ class CUDAGraphWrapper(nn.Module):
         "The wrapped model's logits (outside the graph: they are computed for real rows only)."
         return self.model.compute_logits(hidden_states)
 
-# %% ../../nbs/15_cuda_graphs.ipynb #57cd1f87
-@patch
-def _load_inputs(self: CUDAGraphWrapper, input_ids, positions, metadata: AttentionMetadata,
-                 batch_size: int) -> AttentionMetadata:
-    "Copy a decode step into the static buffers, padded to `batch_size`; metadata viewing them."
-    n, width = input_ids.shape[0], metadata.block_table.shape[1]
-    if width > self.block_table.shape[1]:
-        raise ValueError(f"the step's block table has {width} columns; the static one was sized "
-                         f"for max_num_blocks_per_req={self.block_table.shape[1]}")
-    self.input_ids[:n].copy_(input_ids, non_blocking=True); self.input_ids[n:batch_size].zero_()
-    self.positions[:n].copy_(positions, non_blocking=True); self.positions[n:batch_size].zero_()
-    self.slot_mapping[:n].copy_(metadata.slot_mapping, non_blocking=True)
-    self.slot_mapping[n:batch_size].fill_(PAD_SLOT_ID)                     # padding writes no KV
-    self.seq_lens[:n].copy_(metadata.seq_lens, non_blocking=True)
-    self.seq_lens[n:batch_size].zero_()
-    self.query_start_loc[:n + 1].copy_(metadata.query_start_loc, non_blocking=True)
-    self.query_start_loc[n + 1:batch_size + 1].fill_(n)                    # padding: no queries
-    self.block_table[:n, :width].copy_(metadata.block_table, non_blocking=True)
-    return self._static_metadata(batch_size, metadata.max_seq_len)
+    # %% ../../nbs/15_cuda_graphs.ipynb #57cd1f87
+    def _load_inputs(self, input_ids, positions, metadata: AttentionMetadata,
+                     batch_size: int) -> AttentionMetadata:
+        "Copy a decode step into the static buffers, padded to `batch_size`; metadata viewing them."
+        n, width = input_ids.shape[0], metadata.block_table.shape[1]
+        if width > self.block_table.shape[1]:
+            raise ValueError(f"the step's block table has {width} columns; the static one was sized "
+                             f"for max_num_blocks_per_req={self.block_table.shape[1]}")
+        self.input_ids[:n].copy_(input_ids, non_blocking=True); self.input_ids[n:batch_size].zero_()
+        self.positions[:n].copy_(positions, non_blocking=True); self.positions[n:batch_size].zero_()
+        self.slot_mapping[:n].copy_(metadata.slot_mapping, non_blocking=True)
+        self.slot_mapping[n:batch_size].fill_(PAD_SLOT_ID)                     # padding writes no KV
+        self.seq_lens[:n].copy_(metadata.seq_lens, non_blocking=True)
+        self.seq_lens[n:batch_size].zero_()
+        self.query_start_loc[:n + 1].copy_(metadata.query_start_loc, non_blocking=True)
+        self.query_start_loc[n + 1:batch_size + 1].fill_(n)                    # padding: no queries
+        self.block_table[:n, :width].copy_(metadata.block_table, non_blocking=True)
+        return self._static_metadata(batch_size, metadata.max_seq_len)
 
-@patch
-def _static_metadata(self: CUDAGraphWrapper, batch_size: int, max_seq_len: int):
-    "Attention metadata for the first `batch_size` rows of the static buffers."
-    b = batch_size
-    return AttentionMetadata(query_start_loc=self.query_start_loc[:b + 1],
-                             seq_lens=self.seq_lens[:b], block_table=self.block_table[:b],
-                             slot_mapping=self.slot_mapping[:b], max_query_len=1,
-                             max_seq_len=max_seq_len)
+    # %% ../../nbs/15_cuda_graphs.ipynb #57cd1f87
+    def _static_metadata(self, batch_size: int, max_seq_len: int):
+        "Attention metadata for the first `batch_size` rows of the static buffers."
+        b = batch_size
+        return AttentionMetadata(query_start_loc=self.query_start_loc[:b + 1],
+                                 seq_lens=self.seq_lens[:b], block_table=self.block_table[:b],
+                                 slot_mapping=self.slot_mapping[:b], max_query_len=1,
+                                 max_seq_len=max_seq_len)
 
-# %% ../../nbs/15_cuda_graphs.ipynb #663033d4
-@patch
-def forward(self: CUDAGraphWrapper, input_ids, positions, attn_metadata: AttentionMetadata):
-    "Hidden states for a flat batch; uniform decode steps go through the padded static path."
-    n = input_ids.shape[0]
-    decode = is_uniform_decode(n, attn_metadata)
-    batch_size = padded_batch_size(n, self.capture_sizes) if decode else None
-    if batch_size is None:
-        self.stats["eager"] += 1
-        return self.model(input_ids, positions, attn_metadata)
-    metadata = self._load_inputs(input_ids, positions, attn_metadata, batch_size)
-    graph = self.graphs.get(batch_size)
-    if graph is not None:
-        graph.replay(); self.stats["replay"] += 1
-        return self.outputs[batch_size][:n]
-    self.stats["padded_eager"] += 1
-    return self.model(self.input_ids[:batch_size], self.positions[:batch_size], metadata)[:n]
+    # %% ../../nbs/15_cuda_graphs.ipynb #663033d4
+    def forward(self, input_ids, positions, attn_metadata: AttentionMetadata):
+        "Hidden states for a flat batch; uniform decode steps go through the padded static path."
+        n = input_ids.shape[0]
+        decode = is_uniform_decode(n, attn_metadata)
+        batch_size = padded_batch_size(n, self.capture_sizes) if decode else None
+        if batch_size is None:
+            self.stats["eager"] += 1
+            return self.model(input_ids, positions, attn_metadata)
+        metadata = self._load_inputs(input_ids, positions, attn_metadata, batch_size)
+        graph = self.graphs.get(batch_size)
+        if graph is not None:
+            graph.replay(); self.stats["replay"] += 1
+            return self.outputs[batch_size][:n]
+        self.stats["padded_eager"] += 1
+        return self.model(self.input_ids[:batch_size], self.positions[:batch_size], metadata)[:n]
 
-# %% ../../nbs/15_cuda_graphs.ipynb #1e2709e4
-@patch
-@torch.no_grad()
-def capture(self: CUDAGraphWrapper, num_warmups: int = 1) -> CUDAGraphWrapper:
-    "Capture one CUDA graph per capture size, largest first, into one shared memory pool."
-    if not self.use_graphs: return self                        # the padded path runs eagerly
-    caches = getattr(self.model, "kv_caches", None)
-    if not caches:
-        raise RuntimeError("bind the KV caches before capture(): graphs keep their addresses")
-    backends = {m.attn_backend.name for m in self.model.modules() if hasattr(m, "attn_backend")}
-    if backends - {"triton"}:
-        raise ValueError(f"CUDA graphs need the triton attention backend, not {sorted(backends)} "
-                         "(or run eagerly: LLM(enforce_eager=True))")
-    self.graphs.clear(); self.outputs.clear()
-    self.graph_pool = torch.cuda.graph_pool_handle()
-    max_seq_len = self.block_table.shape[1] * caches[0].shape[2]
-    with torch.cuda.device(self.device):
-        for bs in reversed(self.capture_sizes):
-            self.input_ids[:bs].zero_(); self.positions[:bs].zero_(); self.block_table[:bs].zero_()
-            self.slot_mapping[:bs].fill_(PAD_SLOT_ID); self.seq_lens[:bs].fill_(1)
-            self.query_start_loc[:bs + 1].copy_(torch.arange(bs + 1, device=self.device))
-            metadata = self._static_metadata(bs, max_seq_len)
-            for _ in range(num_warmups): self.model(self.input_ids[:bs], self.positions[:bs],
-                                                    metadata)
-            torch.cuda.synchronize(self.device)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self.graph_pool):
-                self.outputs[bs] = self.model(self.input_ids[:bs], self.positions[:bs], metadata)
-            self.graphs[bs] = graph
-    torch.cuda.synchronize(self.device)
-    return self
+    # %% ../../nbs/15_cuda_graphs.ipynb #1e2709e4
+    @torch.no_grad()
+    def capture(self, num_warmups: int = 1) -> CUDAGraphWrapper:
+        "Capture one CUDA graph per capture size, largest first, into one shared memory pool."
+        if not self.use_graphs: return self                        # the padded path runs eagerly
+        caches = getattr(self.model, "kv_caches", None)
+        if not caches:
+            raise RuntimeError("bind the KV caches before capture(): graphs keep their addresses")
+        backends = {m.attn_backend.name for m in self.model.modules() if hasattr(m, "attn_backend")}
+        if backends - {"triton"}:
+            raise ValueError(f"CUDA graphs need the triton attention backend, not {sorted(backends)} "
+                             "(or run eagerly: LLM(enforce_eager=True))")
+        self.graphs.clear(); self.outputs.clear()
+        self.graph_pool = torch.cuda.graph_pool_handle()
+        max_seq_len = self.block_table.shape[1] * caches[0].shape[2]
+        with torch.cuda.device(self.device):
+            for bs in reversed(self.capture_sizes):
+                self.input_ids[:bs].zero_(); self.positions[:bs].zero_(); self.block_table[:bs].zero_()
+                self.slot_mapping[:bs].fill_(PAD_SLOT_ID); self.seq_lens[:bs].fill_(1)
+                self.query_start_loc[:bs + 1].copy_(torch.arange(bs + 1, device=self.device))
+                metadata = self._static_metadata(bs, max_seq_len)
+                for _ in range(num_warmups): self.model(self.input_ids[:bs], self.positions[:bs],
+                                                        metadata)
+                torch.cuda.synchronize(self.device)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=self.graph_pool):
+                    self.outputs[bs] = self.model(self.input_ids[:bs], self.positions[:bs], metadata)
+                self.graphs[bs] = graph
+        torch.cuda.synchronize(self.device)
+        return self
 
-@patch
-def bind_kv_caches(self: CUDAGraphWrapper, kv_caches: list) -> None:
-    "Bind KV caches to the wrapped model; graphs captured on the old caches are captured again."
-    self.model.bind_kv_caches(kv_caches)
-    if self.graphs: self.capture()
+    # %% ../../nbs/15_cuda_graphs.ipynb #1e2709e4
+    def bind_kv_caches(self, kv_caches: list) -> None:
+        "Bind KV caches to the wrapped model; graphs captured on the old caches are captured again."
+        self.model.bind_kv_caches(kv_caches)
+        if self.graphs: self.capture()

@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib, pickle
 from dataclasses import dataclass
 from collections.abc import Callable, Iterable, Iterator
-from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['NONE_HASH', 'hash_block_tokens', 'get_request_block_hasher', 'KVCacheBlock', 'FreeKVCacheBlockQueue',
@@ -199,70 +198,65 @@ class BlockPool:
         return (f"BlockPool(num_gpu_blocks={self.num_gpu_blocks}, "
                 f"free={self.get_num_free_blocks()}, cached={num_cached})")
 
-# %% ../../nbs/02_block_pool.ipynb #84974065
-@patch
-def _maybe_evict_cached_block(self: BlockPool, block: KVCacheBlock) -> bool:
-    "Drop `block` from the prefix cache if it is cached; True if it was."
-    if block.block_hash is None: return False
-    popped = self.cached_block_hash_to_block.pop(block.block_hash, block.block_id)
-    assert popped is block, f"hashed block {block.block_id} missing from the hash map"
-    block.reset_hash()
-    return True
+    # %% ../../nbs/02_block_pool.ipynb #84974065
+    def _maybe_evict_cached_block(self, block: KVCacheBlock) -> bool:
+        "Drop `block` from the prefix cache if it is cached; True if it was."
+        if block.block_hash is None: return False
+        popped = self.cached_block_hash_to_block.pop(block.block_hash, block.block_id)
+        assert popped is block, f"hashed block {block.block_id} missing from the hash map"
+        block.reset_hash()
+        return True
 
-@patch
-def get_new_blocks(self: BlockPool, num_blocks: int) -> list[KVCacheBlock]:
-    "Pop `num_blocks` blocks from the free-queue head (evicting cached ones), with `ref_cnt` 1."
-    if num_blocks > (num_free := self.get_num_free_blocks()):
-        raise ValueError(f"Cannot get {num_blocks} free blocks from the pool ({num_free} free)")
-    blocks = self.free_block_queue.popleft_n(num_blocks)
-    for block in blocks:
-        if self.enable_caching: self._maybe_evict_cached_block(block)
-        assert block.ref_cnt == 0, f"free block {block.block_id} had ref_cnt {block.ref_cnt}"
-        block.ref_cnt += 1
-    return blocks
+    # %% ../../nbs/02_block_pool.ipynb #84974065
+    def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]:
+        "Pop `num_blocks` blocks from the free-queue head (evicting cached ones), with `ref_cnt` 1."
+        if num_blocks > (num_free := self.get_num_free_blocks()):
+            raise ValueError(f"Cannot get {num_blocks} free blocks from the pool ({num_free} free)")
+        blocks = self.free_block_queue.popleft_n(num_blocks)
+        for block in blocks:
+            if self.enable_caching: self._maybe_evict_cached_block(block)
+            assert block.ref_cnt == 0, f"free block {block.block_id} had ref_cnt {block.ref_cnt}"
+            block.ref_cnt += 1
+        return blocks
 
-# %% ../../nbs/02_block_pool.ipynb #d5a6ff80
-@patch
-def free_blocks(self: BlockPool, ordered_blocks: Iterable[KVCacheBlock]) -> None:
-    "Drop one reference from each block; blocks reaching 0 return to the free queue (hashes kept)."
-    blocks = list(ordered_blocks)
-    for block in blocks: block.ref_cnt -= 1
-    freed = [b for b in blocks if b.ref_cnt == 0 and not b.is_null]
-    self.free_block_queue.prepend_n([b for b in freed if b.block_hash is None])
-    self.free_block_queue.append_n([b for b in freed if b.block_hash is not None])
+    # %% ../../nbs/02_block_pool.ipynb #d5a6ff80
+    def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock]) -> None:
+        "Drop one reference from each block; blocks reaching 0 return to the free queue (hashes kept)."
+        blocks = list(ordered_blocks)
+        for block in blocks: block.ref_cnt -= 1
+        freed = [b for b in blocks if b.ref_cnt == 0 and not b.is_null]
+        self.free_block_queue.prepend_n([b for b in freed if b.block_hash is None])
+        self.free_block_queue.append_n([b for b in freed if b.block_hash is not None])
 
-# %% ../../nbs/02_block_pool.ipynb #2b982129
-@patch
-def touch(self: BlockPool, blocks: Iterable[KVCacheBlock]) -> None:
-    "Add a reference to each prefix-hit block, taking free ones out of the free queue."
-    for block in blocks:
-        if block.ref_cnt == 0 and not block.is_null: self.free_block_queue.remove(block)
-        block.ref_cnt += 1
+    # %% ../../nbs/02_block_pool.ipynb #2b982129
+    def touch(self, blocks: Iterable[KVCacheBlock]) -> None:
+        "Add a reference to each prefix-hit block, taking free ones out of the free queue."
+        for block in blocks:
+            if block.ref_cnt == 0 and not block.is_null: self.free_block_queue.remove(block)
+            block.ref_cnt += 1
 
-# %% ../../nbs/02_block_pool.ipynb #73e499a4
-@patch
-def cache_full_blocks(self: BlockPool, request, blocks: list[KVCacheBlock], num_cached_blocks: int,
-                      num_full_blocks: int, block_size: int) -> None:
-    "Hash and index `blocks[num_cached_blocks:num_full_blocks]`, full blocks of `request`."
-    if num_cached_blocks >= num_full_blocks: return
-    assert len(request.block_hashes) >= num_full_blocks, "request hashes are behind its tokens"
-    for i in range(num_cached_blocks, num_full_blocks):
-        block, block_hash = blocks[i], request.block_hashes[i]
-        if block.is_null: continue
-        if block.block_hash is not None:
-            assert block.block_hash == block_hash, f"block {block.block_id} changed while cached"
-            continue
-        block.block_hash = block_hash
-        self.cached_block_hash_to_block.insert(block_hash, block)
+    # %% ../../nbs/02_block_pool.ipynb #73e499a4
+    def cache_full_blocks(self, request, blocks: list[KVCacheBlock], num_cached_blocks: int,
+                          num_full_blocks: int, block_size: int) -> None:
+        "Hash and index `blocks[num_cached_blocks:num_full_blocks]`, full blocks of `request`."
+        if num_cached_blocks >= num_full_blocks: return
+        assert len(request.block_hashes) >= num_full_blocks, "request hashes are behind its tokens"
+        for i in range(num_cached_blocks, num_full_blocks):
+            block, block_hash = blocks[i], request.block_hashes[i]
+            if block.is_null: continue
+            if block.block_hash is not None:
+                assert block.block_hash == block_hash, f"block {block.block_id} changed while cached"
+                continue
+            block.block_hash = block_hash
+            self.cached_block_hash_to_block.insert(block_hash, block)
 
-# %% ../../nbs/02_block_pool.ipynb #55815438
-@patch
-def reset_prefix_cache(self: BlockPool) -> bool:
-    "Forget all cached content if no request holds a block; True on success."
-    if self.num_gpu_blocks - self.get_num_free_blocks() != 1: return False
-    self.cached_block_hash_to_block = BlockHashToBlockMap()
-    for block in self.blocks: block.reset_hash()
-    return True
+    # %% ../../nbs/02_block_pool.ipynb #55815438
+    def reset_prefix_cache(self) -> bool:
+        "Forget all cached content if no request holds a block; True on success."
+        if self.num_gpu_blocks - self.get_num_free_blocks() != 1: return False
+        self.cached_block_hash_to_block = BlockHashToBlockMap()
+        for block in self.blocks: block.reset_hash()
+        return True
 
 # %% ../../nbs/02_block_pool.ipynb #0325c8b8
 @dataclass

@@ -5,7 +5,6 @@
 # %% ../../nbs/03_kv_cache_manager.ipynb #9245f3a8
 from __future__ import annotations
 from dataclasses import dataclass
-from fastcore.basics import patch
 from .block_pool import BlockPool, KVCacheBlock
 from .sched.output import PrefixCacheStats
 from ..request import Request
@@ -67,130 +66,124 @@ class KVCacheManager:
         "The request's block ids, in token order."
         return self.get_blocks(request_id).get_block_ids()
 
-# %% ../../nbs/03_kv_cache_manager.ipynb #608e8ebd
-@patch
-def find_longest_cache_hit(self: KVCacheManager, block_hashes: list[bytes],
-                           max_length: int) -> list[KVCacheBlock]:
-    "Cached blocks for the longest prefix of `block_hashes` covering at most `max_length` tokens."
-    hits = []
-    for block_hash in block_hashes[: max_length // self.block_size]:
-        if (block := self.block_pool.get_cached_block(block_hash)) is None: break
-        hits.append(block)
-    return hits
+    # %% ../../nbs/03_kv_cache_manager.ipynb #608e8ebd
+    def find_longest_cache_hit(self, block_hashes: list[bytes],
+                               max_length: int) -> list[KVCacheBlock]:
+        "Cached blocks for the longest prefix of `block_hashes` covering at most `max_length` tokens."
+        hits = []
+        for block_hash in block_hashes[: max_length // self.block_size]:
+            if (block := self.block_pool.get_cached_block(block_hash)) is None: break
+            hits.append(block)
+        return hits
 
-@patch
-def get_computed_blocks(self: KVCacheManager, request: Request) -> tuple[KVCacheBlocks, int]:
-    "The longest cached block-aligned prefix of `request` (never all its tokens), and its length."
-    if not self.enable_caching: return self.empty_kv_cache_blocks, 0
-    hits = self.find_longest_cache_hit(request.block_hashes, request.num_tokens - 1)
-    return KVCacheBlocks(hits), len(hits) * self.block_size
+    # %% ../../nbs/03_kv_cache_manager.ipynb #608e8ebd
+    def get_computed_blocks(self, request: Request) -> tuple[KVCacheBlocks, int]:
+        "The longest cached block-aligned prefix of `request` (never all its tokens), and its length."
+        if not self.enable_caching: return self.empty_kv_cache_blocks, 0
+        hits = self.find_longest_cache_hit(request.block_hashes, request.num_tokens - 1)
+        return KVCacheBlocks(hits), len(hits) * self.block_size
 
-@patch
-def record_prefix_cache_stats(self: KVCacheManager, request: Request, num_hits: int) -> None:
-    "Count an admitted request's lookup (`num_hits` tokens hit); nothing if caching is off."
-    if not self.enable_caching: return
-    stats = [self.lifetime_prefix_cache_stats]
-    if self.log_stats: stats.append(self.prefix_cache_stats)
-    for s in stats:
-        s.record(num_tokens=request.num_tokens, num_hits=num_hits,
-                 preempted=request.num_preemptions > 0)
+    # %% ../../nbs/03_kv_cache_manager.ipynb #608e8ebd
+    def record_prefix_cache_stats(self, request: Request, num_hits: int) -> None:
+        "Count an admitted request's lookup (`num_hits` tokens hit); nothing if caching is off."
+        if not self.enable_caching: return
+        stats = [self.lifetime_prefix_cache_stats]
+        if self.log_stats: stats.append(self.prefix_cache_stats)
+        for s in stats:
+            s.record(num_tokens=request.num_tokens, num_hits=num_hits,
+                     preempted=request.num_preemptions > 0)
 
-# %% ../../nbs/03_kv_cache_manager.ipynb #70dd4210
-@patch
-def get_num_blocks_to_allocate(self: KVCacheManager, request_id: str, num_tokens: int,
-                               new_computed_blocks: list[KVCacheBlock]) -> int:
-    "Free-queue blocks needed to give `request_id` `num_tokens` slots (evictable hits count)."
-    num_new = max(cdiv(num_tokens, self.block_size) - len(new_computed_blocks)
-                  - len(self.req_to_blocks.get(request_id, [])), 0)
-    num_evictable_hits = sum(b.ref_cnt == 0 and not b.is_null for b in new_computed_blocks)
-    return num_new + num_evictable_hits
+    # %% ../../nbs/03_kv_cache_manager.ipynb #70dd4210
+    def get_num_blocks_to_allocate(self, request_id: str, num_tokens: int,
+                                   new_computed_blocks: list[KVCacheBlock]) -> int:
+        "Free-queue blocks needed to give `request_id` `num_tokens` slots (evictable hits count)."
+        num_new = max(cdiv(num_tokens, self.block_size) - len(new_computed_blocks)
+                      - len(self.req_to_blocks.get(request_id, [])), 0)
+        num_evictable_hits = sum(b.ref_cnt == 0 and not b.is_null for b in new_computed_blocks)
+        return num_new + num_evictable_hits
 
-@patch
-def allocate_new_computed_blocks(self: KVCacheManager, request_id: str,
-                                 new_computed_blocks: list[KVCacheBlock]):
-    "Touch the prefix-hit blocks and make them the start of a new request's block table."
-    assert request_id not in self.req_to_blocks, \
-        f"{request_id} already holds blocks: hits are for new requests"
-    self.block_pool.touch(new_computed_blocks)
-    self.req_to_blocks[request_id] = list(new_computed_blocks)
-    self.num_cached_block[request_id] = len(new_computed_blocks)
+    # %% ../../nbs/03_kv_cache_manager.ipynb #70dd4210
+    def allocate_new_computed_blocks(self, request_id: str,
+                                     new_computed_blocks: list[KVCacheBlock]):
+        "Touch the prefix-hit blocks and make them the start of a new request's block table."
+        assert request_id not in self.req_to_blocks, \
+            f"{request_id} already holds blocks: hits are for new requests"
+        self.block_pool.touch(new_computed_blocks)
+        self.req_to_blocks[request_id] = list(new_computed_blocks)
+        self.num_cached_block[request_id] = len(new_computed_blocks)
 
-@patch
-def allocate_new_blocks(self: KVCacheManager, request_id: str,
-                        num_tokens: int) -> list[KVCacheBlock]:
-    "Append pool blocks until `request_id` has slots for `num_tokens` tokens; returns the new ones."
-    req_blocks = self.req_to_blocks.setdefault(request_id, [])
-    num_new = cdiv(num_tokens, self.block_size) - len(req_blocks)
-    if num_new <= 0: return []
-    new_blocks = self.block_pool.get_new_blocks(num_new)
-    req_blocks.extend(new_blocks)
-    self.new_block_ids.extend(b.block_id for b in new_blocks)
-    return new_blocks
+    # %% ../../nbs/03_kv_cache_manager.ipynb #70dd4210
+    def allocate_new_blocks(self, request_id: str,
+                            num_tokens: int) -> list[KVCacheBlock]:
+        "Append pool blocks until `request_id` has slots for `num_tokens` tokens; returns the new ones."
+        req_blocks = self.req_to_blocks.setdefault(request_id, [])
+        num_new = cdiv(num_tokens, self.block_size) - len(req_blocks)
+        if num_new <= 0: return []
+        new_blocks = self.block_pool.get_new_blocks(num_new)
+        req_blocks.extend(new_blocks)
+        self.new_block_ids.extend(b.block_id for b in new_blocks)
+        return new_blocks
 
-@patch
-def cache_blocks(self: KVCacheManager, request: Request, num_tokens: int):
-    "Register the request's full blocks among its first `num_tokens` tokens in the prefix cache."
-    rid = request.request_id
-    num_cached, num_full = self.num_cached_block.get(rid, 0), num_tokens // self.block_size
-    if num_cached >= num_full: return
-    self.block_pool.cache_full_blocks(request, self.req_to_blocks[rid], num_cached, num_full,
-                                      self.block_size)
-    self.num_cached_block[rid] = num_full
+    # %% ../../nbs/03_kv_cache_manager.ipynb #70dd4210
+    def cache_blocks(self, request: Request, num_tokens: int):
+        "Register the request's full blocks among its first `num_tokens` tokens in the prefix cache."
+        rid = request.request_id
+        num_cached, num_full = self.num_cached_block.get(rid, 0), num_tokens // self.block_size
+        if num_cached >= num_full: return
+        self.block_pool.cache_full_blocks(request, self.req_to_blocks[rid], num_cached, num_full,
+                                          self.block_size)
+        self.num_cached_block[rid] = num_full
 
-# %% ../../nbs/03_kv_cache_manager.ipynb #b6bab28d
-@patch
-def allocate_slots(self: KVCacheManager, request: Request, num_new_tokens: int,
-                   num_new_computed_tokens: int = 0,
-                   new_computed_blocks: KVCacheBlocks | None = None,
-                   num_lookahead_tokens: int = 0) -> KVCacheBlocks | None:
-    "KV slots for `num_new_tokens` more tokens after a prefix hit; `None` (no change) if short."
-    if num_new_tokens == 0: raise ValueError("num_new_tokens must be greater than 0")
-    hits = new_computed_blocks.blocks if new_computed_blocks is not None else []
-    total_computed = min(request.num_computed_tokens + num_new_computed_tokens, self.max_model_len)
-    num_tokens_need_slot = min(total_computed + num_new_tokens + num_lookahead_tokens,
-                               self.max_model_len)
-    num_blocks = self.get_num_blocks_to_allocate(request.request_id, num_tokens_need_slot, hits)
-    if num_blocks > self.block_pool.get_num_free_blocks(): return None
-    if hits: self.allocate_new_computed_blocks(request.request_id, hits)
-    new_blocks = self.allocate_new_blocks(request.request_id, num_tokens_need_slot)
-    if self.enable_caching:
-        self.cache_blocks(request, min(total_computed + num_new_tokens, request.num_tokens))
-    return KVCacheBlocks(new_blocks)
+    # %% ../../nbs/03_kv_cache_manager.ipynb #b6bab28d
+    def allocate_slots(self, request: Request, num_new_tokens: int,
+                       num_new_computed_tokens: int = 0,
+                       new_computed_blocks: KVCacheBlocks | None = None,
+                       num_lookahead_tokens: int = 0) -> KVCacheBlocks | None:
+        "KV slots for `num_new_tokens` more tokens after a prefix hit; `None` (no change) if short."
+        if num_new_tokens == 0: raise ValueError("num_new_tokens must be greater than 0")
+        hits = new_computed_blocks.blocks if new_computed_blocks is not None else []
+        total_computed = min(request.num_computed_tokens + num_new_computed_tokens, self.max_model_len)
+        num_tokens_need_slot = min(total_computed + num_new_tokens + num_lookahead_tokens,
+                                   self.max_model_len)
+        num_blocks = self.get_num_blocks_to_allocate(request.request_id, num_tokens_need_slot, hits)
+        if num_blocks > self.block_pool.get_num_free_blocks(): return None
+        if hits: self.allocate_new_computed_blocks(request.request_id, hits)
+        new_blocks = self.allocate_new_blocks(request.request_id, num_tokens_need_slot)
+        if self.enable_caching:
+            self.cache_blocks(request, min(total_computed + num_new_tokens, request.num_tokens))
+        return KVCacheBlocks(new_blocks)
 
-# %% ../../nbs/03_kv_cache_manager.ipynb #fe5edc32
-@patch
-def take_new_block_ids(self: KVCacheManager) -> list[int]:
-    "The ids of the blocks popped from the pool since the last call (they need zeroing)."
-    ids, self.new_block_ids = self.new_block_ids, []
-    return ids
+    # %% ../../nbs/03_kv_cache_manager.ipynb #fe5edc32
+    def take_new_block_ids(self) -> list[int]:
+        "The ids of the blocks popped from the pool since the last call (they need zeroing)."
+        ids, self.new_block_ids = self.new_block_ids, []
+        return ids
 
-# %% ../../nbs/03_kv_cache_manager.ipynb #6a9a1b1a
-@patch
-def free(self: KVCacheManager, request: Request) -> None:
-    "Release all of `request`'s blocks, last block first."
-    self.block_pool.free_blocks(reversed(self.req_to_blocks.pop(request.request_id, [])))
-    self.num_cached_block.pop(request.request_id, None)
+    # %% ../../nbs/03_kv_cache_manager.ipynb #6a9a1b1a
+    def free(self, request: Request) -> None:
+        "Release all of `request`'s blocks, last block first."
+        self.block_pool.free_blocks(reversed(self.req_to_blocks.pop(request.request_id, [])))
+        self.num_cached_block.pop(request.request_id, None)
 
-# %% ../../nbs/03_kv_cache_manager.ipynb #07c0d15f
-@patch
-def get_num_common_prefix_blocks(self: KVCacheManager, request_id: str) -> int:
-    "Leading blocks of `request_id` held by every request that holds blocks."
-    num_common = 0
-    for block in self.req_to_blocks.get(request_id, []):
-        if block.ref_cnt != len(self.req_to_blocks): break
-        num_common += 1
-    return num_common
+    # %% ../../nbs/03_kv_cache_manager.ipynb #07c0d15f
+    def get_num_common_prefix_blocks(self, request_id: str) -> int:
+        "Leading blocks of `request_id` held by every request that holds blocks."
+        num_common = 0
+        for block in self.req_to_blocks.get(request_id, []):
+            if block.ref_cnt != len(self.req_to_blocks): break
+            num_common += 1
+        return num_common
 
-@patch
-def make_prefix_cache_stats(self: KVCacheManager) -> PrefixCacheStats | None:
-    "The prefix-cache stats since the last call (then reset); `None` unless `log_stats`."
-    if not self.log_stats: return None
-    stats, self.prefix_cache_stats = self.prefix_cache_stats, PrefixCacheStats()
-    return stats
+    # %% ../../nbs/03_kv_cache_manager.ipynb #07c0d15f
+    def make_prefix_cache_stats(self) -> PrefixCacheStats | None:
+        "The prefix-cache stats since the last call (then reset); `None` unless `log_stats`."
+        if not self.log_stats: return None
+        stats, self.prefix_cache_stats = self.prefix_cache_stats, PrefixCacheStats()
+        return stats
 
-@patch
-def reset_prefix_cache(self: KVCacheManager) -> bool:
-    "Forget all cached content if no request holds a block; True on success."
-    ok = self.block_pool.reset_prefix_cache()
-    if ok and self.log_stats: self.prefix_cache_stats.reset = True
-    return ok
+    # %% ../../nbs/03_kv_cache_manager.ipynb #07c0d15f
+    def reset_prefix_cache(self) -> bool:
+        "Forget all cached content if no request holds a block; True on success."
+        ok = self.block_pool.reset_prefix_cache()
+        if ok and self.log_stats: self.prefix_cache_stats.reset = True
+        return ok

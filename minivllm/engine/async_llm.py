@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Callable
 from unittest import mock
 import msgpack, zmq
-from fastcore.basics import patch
 from ..request import Request, RequestStatus
 from ..sampling_params import SamplingParams
 from ..core.sched.output import (EngineCoreOutput, LogprobsLists, PrefixCacheStats,
@@ -134,6 +133,153 @@ class EngineCoreProc:
         "Send one output message (main thread only: ZMQ sockets are not thread-safe)."
         self.output_socket.send(msgpack.packb(message))
 
+    # %% ../../nbs/24_async_llm.ipynb #a9be567b
+    def process_input_sockets(self, ready_info: EngineInfo) -> None:
+        "Input thread: handshake, then decode messages into `input_queue` (SHUTDOWN if parent dies)."
+        socket = self.ctx.socket(zmq.DEALER)
+        socket.connect(self.input_address)
+        socket.send(msgpack.packb(asdict(ready_info)))
+        try:
+            while not self.shutdown_requested:
+                if socket.poll(POLL_INTERVAL_MS):
+                    self.input_queue.put_nowait(decode_or_error(socket.recv_multipart()))
+                elif _parent_is_dead():
+                    self.input_queue.put_nowait((EngineCoreRequestType.SHUTDOWN, None))
+        finally: socket.close(linger=0)
+
+    # %% ../../nbs/24_async_llm.ipynb #baae30a6
+    def run_busy_loop(self) -> None:
+        "Core busy loop: process the input queue, then one engine step, until SHUTDOWN."
+        while not self.shutdown_requested:
+            self._process_input_queue()
+            self._process_engine_step()
+
+    # %% ../../nbs/24_async_llm.ipynb #baae30a6
+    def _process_input_queue(self) -> None:
+        "Block while the scheduler has no work; then drain everything that already arrived."
+        while not self.shutdown_requested and not self.engine_core.has_work():
+            self._handle_client_request(*self.input_queue.get())
+        while not self.input_queue.empty():
+            self._handle_client_request(*self.input_queue.get_nowait())
+
+    # %% ../../nbs/24_async_llm.ipynb #baae30a6
+    def _process_engine_step(self) -> None:
+        "One `EngineCore.step()`; its outputs go out. A failed step fails its new requests (only)."
+        if self.shutdown_requested or not self.engine_core.has_work(): return
+        running_before = {r.request_id for r in self.engine_core.scheduler.running}
+        try: outputs, _ = self.engine_core.step_fn()   # step, or the batch queue's (chapter 06)
+        except Exception as e:
+            self.num_failed_steps += 1
+            if self.num_failed_steps >= MAX_FAILED_STEPS: raise   # run() reports it: engine dead
+            return self._recover_from_failed_step(running_before, e)
+        self.step_counter, self.num_failed_steps = self.step_counter + 1, 0
+        stats = outputs.scheduler_stats   # every step's: the metrics add up each step's counts
+        if outputs.outputs or stats is not None:
+            self.send(outputs=[output_to_wire(o) for o in outputs.outputs],
+                      stats=None if stats is None else asdict(stats))
+
+    # %% ../../nbs/24_async_llm.ipynb #w23c01
+    def _recover_from_failed_step(self, running_before: set[str],
+                                  error: Exception) -> None:
+        "Fail the requests new in the failed step (all of them if none was new); restart the others."
+        core = self.engine_core
+        scheduler, runner, step = core.scheduler, core.model_executor, core.failed_step
+        core.failed_step = None
+        core.drop_steps_in_flight()   # async scheduling: no step may still read the batch below
+        running = [r.request_id for r in scheduler.running]
+        if step is not None:          # new or resumed in the failed step (it may be an earlier call's)
+            running_before = set(running) - {r.req_id for r in step.scheduled_new_reqs}
+            running_before -= step.scheduled_cached_reqs.resumed_req_ids
+        failed = [rid for rid in running if rid not in running_before] or running
+        scheduler.finish_requests(failed, RequestStatus.FINISHED_ABORTED)
+        for request in reversed(list(scheduler.running)):   # the rest start over, in their order
+            scheduler.running.remove(request)
+            scheduler._preempt_request(request)
+            worker = getattr(runner, "driver_worker", runner)   # inside UniProcExecutor (chapter 06)
+            input_batch = getattr(worker, "input_batch", None)
+            if input_batch is not None: input_batch.remove_request(request.request_id)
+        scheduler.reset_prefix_cache()   # blocks of the failed step may be hashed but never written
+        reason = f"the engine failed while running this request ({type(error).__name__}: {error})"
+        if failed: self.send(errors=[[rid, reason, "failed"] for rid in failed])
+
+    # %% ../../nbs/24_async_llm.ipynb #9bb9fd48
+    def _handle_client_request(self, request_type: EngineCoreRequestType,
+                               request: Any) -> None:
+        "Dispatch one request from the front end (vLLM's `_handle_client_request`)."
+        if request_type == EngineCoreRequestType.ADD:
+            if isinstance(request, ValueError):   # its payload did not decode: (request id, reason)
+                return self.send(errors=[[*request.args, "invalid"]])
+            try: self.engine_core.add_request(request)
+            except Exception as e: self.send(errors=[[request.request_id, str(e), "invalid"]])
+        elif request_type == EngineCoreRequestType.ABORT: self.engine_core.abort_requests(request)
+        elif request_type == EngineCoreRequestType.UTILITY: self._handle_utility(*request)
+        elif request_type == EngineCoreRequestType.SHUTDOWN: self.shutdown_requested = True
+
+    # %% ../../nbs/24_async_llm.ipynb #9bb9fd48
+    def _handle_utility(self, call_id: int, method: str, args: list) -> None:
+        "Run `self.<method>(*args)` for the front end and send `[call_id, ok, result]` back."
+        try: result, ok = getattr(self, method)(*args), True
+        except Exception as e: result, ok = f"{type(e).__name__}: {e}", False
+        self.send(utility=[call_id, ok, result])
+
+    # %% ../../nbs/24_async_llm.ipynb #2a000170
+    def get_stats(self) -> dict:
+        "Queue lengths and KV-cache occupancy, read from the scheduler."
+        scheduler = self.engine_core.scheduler
+        pool = scheduler.kv_cache_manager.block_pool
+        return dict(num_running_reqs=len(scheduler.running), num_waiting_reqs=len(scheduler.waiting),
+                    kv_cache_usage=scheduler.kv_cache_manager.usage,
+                    num_free_blocks=pool.get_num_free_blocks(), num_gpu_blocks=pool.num_gpu_blocks,
+                    step_counter=self.step_counter)
+
+    # %% ../../nbs/24_async_llm.ipynb #2a000170
+    def reset_prefix_cache(self) -> bool:
+        "Forget every cached block (False while requests still hold blocks)."
+        return self.engine_core.scheduler.reset_prefix_cache()
+
+    # %% ../../nbs/24_async_llm.ipynb #2a000170
+    def get_timeline(self) -> bytes | None:
+        "The attached `TimelineRecorder`'s settings and records, pickled (None without a recorder)."
+        from minivllm.timeline import TimelineRecorder
+        observers = self.engine_core.step_observers
+        rec = next((o for o in observers if isinstance(o, TimelineRecorder)), None)
+        return None if rec is None else pickle.dumps((rec.device, rec.settings, rec.records))
+
+    # %% ../../nbs/24_async_llm.ipynb #fddd6336
+    def send_heartbeats(self) -> None:
+        "Heartbeat thread: `{heartbeat: step_counter}` every `HEARTBEAT_INTERVAL_S`, own socket."
+        socket = self.ctx.socket(zmq.PUSH)
+        socket.connect(self.output_address)
+        try:
+            while not self.shutdown_requested:
+                socket.send(msgpack.packb({"heartbeat": self.step_counter}))
+                time.sleep(HEARTBEAT_INTERVAL_S)
+        finally: socket.close(linger=0)
+
+    # %% ../../nbs/24_async_llm.ipynb #fddd6336
+    def run(self) -> bool:
+        "Build the engine, handshake, run the busy loop; report a failure. True on a clean exit."
+        input_thread = heartbeat_thread = None
+        try:
+            self.engine_core = self.make_engine_core()
+            input_thread = threading.Thread(target=self.process_input_sockets, daemon=True,
+                                            args=(self.engine_core.info,), name="EngineCoreInput")
+            input_thread.start()
+            heartbeat_thread = threading.Thread(target=self.send_heartbeats, daemon=True,
+                                                name="EngineCoreHeartbeat")
+            heartbeat_thread.start()
+            self.run_busy_loop()
+            return True
+        except Exception:
+            self.send(error=traceback.format_exc())
+            return False
+        finally:
+            self.shutdown_requested = True   # the input thread sees it within a poll, closes its socket
+            for t in (input_thread, heartbeat_thread):
+                if t is not None: t.join(2 * HEARTBEAT_INTERVAL_S)
+            if self.engine_core is not None: self.engine_core.shutdown()
+            self.output_socket.close(linger=OUTPUT_LINGER_MS)
+
 # %% ../../nbs/24_async_llm.ipynb #a9be567b
 POLL_INTERVAL_MS = 100   # socket waits wake this often to check for shutdown or a dead peer
 
@@ -150,162 +296,12 @@ def decode_or_error(frames: list[bytes]) -> tuple[EngineCoreRequestType, Any]:
         except Exception: request_id = None   # nobody to tell: the front end never sends this
         return EngineCoreRequestType.ADD, ValueError(request_id, f"{type(e).__name__}: {e}")
 
-@patch
-def process_input_sockets(self: EngineCoreProc, ready_info: EngineInfo) -> None:
-    "Input thread: handshake, then decode messages into `input_queue` (SHUTDOWN if parent dies)."
-    socket = self.ctx.socket(zmq.DEALER)
-    socket.connect(self.input_address)
-    socket.send(msgpack.packb(asdict(ready_info)))
-    try:
-        while not self.shutdown_requested:
-            if socket.poll(POLL_INTERVAL_MS):
-                self.input_queue.put_nowait(decode_or_error(socket.recv_multipart()))
-            elif _parent_is_dead():
-                self.input_queue.put_nowait((EngineCoreRequestType.SHUTDOWN, None))
-    finally: socket.close(linger=0)
-
 # %% ../../nbs/24_async_llm.ipynb #baae30a6
-@patch
-def run_busy_loop(self: EngineCoreProc) -> None:
-    "Core busy loop: process the input queue, then one engine step, until SHUTDOWN."
-    while not self.shutdown_requested:
-        self._process_input_queue()
-        self._process_engine_step()
-
-@patch
-def _process_input_queue(self: EngineCoreProc) -> None:
-    "Block while the scheduler has no work; then drain everything that already arrived."
-    while not self.shutdown_requested and not self.engine_core.has_work():
-        self._handle_client_request(*self.input_queue.get())
-    while not self.input_queue.empty():
-        self._handle_client_request(*self.input_queue.get_nowait())
-
 MAX_FAILED_STEPS = 3   # this many failed steps in a row: the engine is broken, not a request
-
-@patch
-def _process_engine_step(self: EngineCoreProc) -> None:
-    "One `EngineCore.step()`; its outputs go out. A failed step fails its new requests (only)."
-    if self.shutdown_requested or not self.engine_core.has_work(): return
-    running_before = {r.request_id for r in self.engine_core.scheduler.running}
-    try: outputs, _ = self.engine_core.step_fn()   # step, or the batch queue's (chapter 06)
-    except Exception as e:
-        self.num_failed_steps += 1
-        if self.num_failed_steps >= MAX_FAILED_STEPS: raise   # run() reports it: engine dead
-        return self._recover_from_failed_step(running_before, e)
-    self.step_counter, self.num_failed_steps = self.step_counter + 1, 0
-    stats = outputs.scheduler_stats   # every step's: the metrics add up each step's counts
-    if outputs.outputs or stats is not None:
-        self.send(outputs=[output_to_wire(o) for o in outputs.outputs],
-                  stats=None if stats is None else asdict(stats))
-
-# %% ../../nbs/24_async_llm.ipynb #w23c01
-@patch
-def _recover_from_failed_step(self: EngineCoreProc, running_before: set[str],
-                              error: Exception) -> None:
-    "Fail the requests new in the failed step (all of them if none was new); restart the others."
-    core = self.engine_core
-    scheduler, runner, step = core.scheduler, core.model_executor, core.failed_step
-    core.failed_step = None
-    core.drop_steps_in_flight()   # async scheduling: no step may still read the batch below
-    running = [r.request_id for r in scheduler.running]
-    if step is not None:          # new or resumed in the failed step (it may be an earlier call's)
-        running_before = set(running) - {r.req_id for r in step.scheduled_new_reqs}
-        running_before -= step.scheduled_cached_reqs.resumed_req_ids
-    failed = [rid for rid in running if rid not in running_before] or running
-    scheduler.finish_requests(failed, RequestStatus.FINISHED_ABORTED)
-    for request in reversed(list(scheduler.running)):   # the rest start over, in their order
-        scheduler.running.remove(request)
-        scheduler._preempt_request(request)
-        worker = getattr(runner, "driver_worker", runner)   # inside UniProcExecutor (chapter 06)
-        input_batch = getattr(worker, "input_batch", None)
-        if input_batch is not None: input_batch.remove_request(request.request_id)
-    scheduler.reset_prefix_cache()   # blocks of the failed step may be hashed but never written
-    reason = f"the engine failed while running this request ({type(error).__name__}: {error})"
-    if failed: self.send(errors=[[rid, reason, "failed"] for rid in failed])
-
-# %% ../../nbs/24_async_llm.ipynb #9bb9fd48
-@patch
-def _handle_client_request(self: EngineCoreProc, request_type: EngineCoreRequestType,
-                           request: Any) -> None:
-    "Dispatch one request from the front end (vLLM's `_handle_client_request`)."
-    if request_type == EngineCoreRequestType.ADD:
-        if isinstance(request, ValueError):   # its payload did not decode: (request id, reason)
-            return self.send(errors=[[*request.args, "invalid"]])
-        try: self.engine_core.add_request(request)
-        except Exception as e: self.send(errors=[[request.request_id, str(e), "invalid"]])
-    elif request_type == EngineCoreRequestType.ABORT: self.engine_core.abort_requests(request)
-    elif request_type == EngineCoreRequestType.UTILITY: self._handle_utility(*request)
-    elif request_type == EngineCoreRequestType.SHUTDOWN: self.shutdown_requested = True
-
-@patch
-def _handle_utility(self: EngineCoreProc, call_id: int, method: str, args: list) -> None:
-    "Run `self.<method>(*args)` for the front end and send `[call_id, ok, result]` back."
-    try: result, ok = getattr(self, method)(*args), True
-    except Exception as e: result, ok = f"{type(e).__name__}: {e}", False
-    self.send(utility=[call_id, ok, result])
-
-# %% ../../nbs/24_async_llm.ipynb #2a000170
-@patch
-def get_stats(self: EngineCoreProc) -> dict:
-    "Queue lengths and KV-cache occupancy, read from the scheduler."
-    scheduler = self.engine_core.scheduler
-    pool = scheduler.kv_cache_manager.block_pool
-    return dict(num_running_reqs=len(scheduler.running), num_waiting_reqs=len(scheduler.waiting),
-                kv_cache_usage=scheduler.kv_cache_manager.usage,
-                num_free_blocks=pool.get_num_free_blocks(), num_gpu_blocks=pool.num_gpu_blocks,
-                step_counter=self.step_counter)
-
-@patch
-def reset_prefix_cache(self: EngineCoreProc) -> bool:
-    "Forget every cached block (False while requests still hold blocks)."
-    return self.engine_core.scheduler.reset_prefix_cache()
-
-@patch
-def get_timeline(self: EngineCoreProc) -> bytes | None:
-    "The attached `TimelineRecorder`'s settings and records, pickled (None without a recorder)."
-    from minivllm.timeline import TimelineRecorder
-    observers = self.engine_core.step_observers
-    rec = next((o for o in observers if isinstance(o, TimelineRecorder)), None)
-    return None if rec is None else pickle.dumps((rec.device, rec.settings, rec.records))
 
 # %% ../../nbs/24_async_llm.ipynb #fddd6336
 OUTPUT_LINGER_MS = 2000  # a dying engine's last message (its traceback) gets 2 s to leave
 HEARTBEAT_INTERVAL_S = 0.5   # the engine says "alive" this often, from a thread of its own
-
-@patch
-def send_heartbeats(self: EngineCoreProc) -> None:
-    "Heartbeat thread: `{heartbeat: step_counter}` every `HEARTBEAT_INTERVAL_S`, own socket."
-    socket = self.ctx.socket(zmq.PUSH)
-    socket.connect(self.output_address)
-    try:
-        while not self.shutdown_requested:
-            socket.send(msgpack.packb({"heartbeat": self.step_counter}))
-            time.sleep(HEARTBEAT_INTERVAL_S)
-    finally: socket.close(linger=0)
-
-@patch
-def run(self: EngineCoreProc) -> bool:
-    "Build the engine, handshake, run the busy loop; report a failure. True on a clean exit."
-    input_thread = heartbeat_thread = None
-    try:
-        self.engine_core = self.make_engine_core()
-        input_thread = threading.Thread(target=self.process_input_sockets, daemon=True,
-                                        args=(self.engine_core.info,), name="EngineCoreInput")
-        input_thread.start()
-        heartbeat_thread = threading.Thread(target=self.send_heartbeats, daemon=True,
-                                            name="EngineCoreHeartbeat")
-        heartbeat_thread.start()
-        self.run_busy_loop()
-        return True
-    except Exception:
-        self.send(error=traceback.format_exc())
-        return False
-    finally:
-        self.shutdown_requested = True   # the input thread sees it within a poll, closes its socket
-        for t in (input_thread, heartbeat_thread):
-            if t is not None: t.join(2 * HEARTBEAT_INTERVAL_S)
-        if self.engine_core is not None: self.engine_core.shutdown()
-        self.output_socket.close(linger=OUTPUT_LINGER_MS)
 
 # %% ../../nbs/24_async_llm.ipynb #91556d37
 def make_engine_core(engine_args: EngineArgs, eos_token_id: int | None = None,
@@ -404,114 +400,266 @@ class AsyncLLM:
         "The Hugging Face tokenizer (`None` for a folder without one)."
         return self.tokenizer
 
-# %% ../../nbs/24_async_llm.ipynb #28be28a3
-@patch
-def _start_engine(self: AsyncLLM, transport: str, engine_process_args: tuple,
-                  timeout: float) -> None:
-    "Bind the sockets, spawn the engine process and wait for its handshake."
-    from minivllm.engine import async_llm  # spawn pickles the entry point by module name
-    self.ctx = zmq.Context()
-    self.ipc_dir = tempfile.mkdtemp(prefix="minivllm-") if transport == "ipc" else None
-    self.input_socket, input_address = bind_socket(self.ctx, zmq.ROUTER, transport, self.ipc_dir)
-    self.output_socket, output_address = bind_socket(self.ctx, zmq.PULL, transport, self.ipc_dir)
-    self.proc = multiprocessing.get_context("spawn").Process(
-        target=async_llm.run_engine_core,
-        args=(input_address, output_address, *engine_process_args), name="EngineCore", daemon=True)
-    env = engine_process_env(resolve_device(engine_process_args[0].device))
-    try:
-        with mock.patch.dict(os.environ, env): self.proc.start()   # the child's environment only
-        self.engine_identity, self.engine_info = self._wait_for_handshake(timeout)
-    except BaseException: self.shutdown(); raise
+    # %% ../../nbs/24_async_llm.ipynb #28be28a3
+    def _start_engine(self, transport: str, engine_process_args: tuple,
+                      timeout: float) -> None:
+        "Bind the sockets, spawn the engine process and wait for its handshake."
+        from minivllm.engine import async_llm  # spawn pickles the entry point by module name
+        self.ctx = zmq.Context()
+        self.ipc_dir = tempfile.mkdtemp(prefix="minivllm-") if transport == "ipc" else None
+        self.input_socket, input_address = bind_socket(self.ctx, zmq.ROUTER, transport, self.ipc_dir)
+        self.output_socket, output_address = bind_socket(self.ctx, zmq.PULL, transport, self.ipc_dir)
+        self.proc = multiprocessing.get_context("spawn").Process(
+            target=async_llm.run_engine_core,
+            args=(input_address, output_address, *engine_process_args), name="EngineCore", daemon=True)
+        env = engine_process_env(resolve_device(engine_process_args[0].device))
+        try:
+            with mock.patch.dict(os.environ, env): self.proc.start()   # the child's environment only
+            self.engine_identity, self.engine_info = self._wait_for_handshake(timeout)
+        except BaseException: self.shutdown(); raise
 
-@patch
-def _wait_for_handshake(self: AsyncLLM, timeout: float) -> tuple[bytes, EngineInfo]:
-    "The engine's identity and info, or `EngineDeadError` with its traceback if it died first."
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if self.input_socket.poll(POLL_INTERVAL_MS):
-            identity, info = self.input_socket.recv_multipart()
-            return identity, EngineInfo(**msgpack.unpackb(info))
-        if not self.proc.is_alive():
-            message = {}
-            while "error" not in message and self.output_socket.poll(OUTPUT_LINGER_MS):
-                message = msgpack.unpackb(self.output_socket.recv())
-            exited = f"engine process exited with code {self.proc.exitcode}"
-            raise EngineDeadError(message.get("error") or exited)
-    raise EngineDeadError(f"engine process did not start within {timeout} s")
+    # %% ../../nbs/24_async_llm.ipynb #28be28a3
+    def _wait_for_handshake(self, timeout: float) -> tuple[bytes, EngineInfo]:
+        "The engine's identity and info, or `EngineDeadError` with its traceback if it died first."
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.input_socket.poll(POLL_INTERVAL_MS):
+                identity, info = self.input_socket.recv_multipart()
+                return identity, EngineInfo(**msgpack.unpackb(info))
+            if not self.proc.is_alive():
+                message = {}
+                while "error" not in message and self.output_socket.poll(OUTPUT_LINGER_MS):
+                    message = msgpack.unpackb(self.output_socket.recv())
+                exited = f"engine process exited with code {self.proc.exitcode}"
+                raise EngineDeadError(message.get("error") or exited)
+        raise EngineDeadError(f"engine process did not start within {timeout} s")
+
+    # %% ../../nbs/24_async_llm.ipynb #08e9894d
+    def _process_outputs(self) -> None:
+        "Output thread: dispatch every message from the engine until shutdown or engine death."
+        while not self.closed:
+            if self.output_socket.poll(POLL_INTERVAL_MS):
+                self.last_heard = time.monotonic()
+                self._dispatch(msgpack.unpackb(self.output_socket.recv()))
+            elif not self.proc.is_alive() and not self.closed:
+                self._fail(EngineDeadError(f"engine process exited with code {self.proc.exitcode}"))
+            elif time.monotonic() - self.last_heard > self.heartbeat_timeout and not self.closing:
+                silent = time.monotonic() - self.last_heard
+                self._fail(EngineDeadError(f"engine process stopped responding (no heartbeat for "
+                                           f"{silent:.1f} s); it was killed"))
+                self.proc.kill()   # frozen (SIGSTOP, a hung driver): it must not hold the GPU
+            if self.errored is not None: return
+
+    # %% ../../nbs/24_async_llm.ipynb #08e9894d
+    def get_metrics(self) -> list[Metric]:
+        "vLLM's metrics so far (`LLM.get_metrics`' snapshot): what `/metrics` shows."
+        with self.processor_lock: return self.stat_logger.get_metrics()
+
+    # %% ../../nbs/24_async_llm.ipynb #08e9894d
+    def _dispatch(self, message: dict) -> None:
+        "Route one output message: outputs, per-request errors, stats, utility results, engine death."
+        if message.get("error"): return self._fail(EngineDeadError(message["error"]))
+        if message.get("stats"): self.last_stats = message["stats"]
+        if message.get("utility"):
+            call_id, ok, result = message["utility"]
+            future = self.utility_futures.pop(call_id, None)
+            if future is not None:
+                future.set_result(result) if ok else future.set_exception(RuntimeError(result))
+        iteration_stats, processed = (IterationStats() if message.get("outputs") else None), None
+        with self.processor_lock:   # outputs with their stats: whoever reads one sees the other
+            if iteration_stats is not None:
+                outputs = [output_from_wire(o) for o in message["outputs"]]
+                processed = self.output_processor.process_outputs(outputs, iteration_stats)
+            if message.get("stats") or iteration_stats is not None:
+                self.stat_logger.record(stats_from_wire(message.get("stats")), iteration_stats)
+        if processed is not None and processed.reqs_to_abort:
+            self._send(EngineCoreRequestType.ABORT, processed.reqs_to_abort)
+        for request_id, text, kind in message.get("errors") or []:
+            self._reject(request_id, (ValueError if kind == "invalid" else EngineRequestError)(text))
+
+    # %% ../../nbs/24_async_llm.ipynb #702e83f3
+    def _reject(self, request_id: str, error: Exception) -> None:
+        "End the stream behind engine request `request_id` with `error`; abort its siblings."
+        with self.processor_lock:
+            state = self.output_processor.request_states.get(request_id)
+            if state is None: return
+            user_id = state.parent_req.request_id if state.parent_req is not None else request_id
+            to_abort = [r for r in self.output_processor.abort_requests([user_id]) if r != request_id]
+        if to_abort: self._send(EngineCoreRequestType.ABORT, to_abort)
+        state.queue.put(error)
+
+    # %% ../../nbs/24_async_llm.ipynb #702e83f3
+    def _fail(self, error: EngineDeadError) -> None:
+        "The engine is dead: every open stream and pending utility call gets `error`."
+        logging.getLogger("minivllm").error("engine dead: %s", str(error).strip().splitlines()[-1])
+        self.errored = error
+        with self.processor_lock:
+            queues = {id(s.queue): s.queue for s in self.output_processor.request_states.values()}
+            self.output_processor.request_states.clear(); self.output_processor.parent_requests.clear()
+        for q in queues.values(): q.put(error)
+        for future in list(self.utility_futures.values()): future.set_exception(error)
+        self.utility_futures.clear()
+
+    # %% ../../nbs/24_async_llm.ipynb #2a90056d
+    def tokenize_prompt(self, prompt: str | list[int]) -> list[int]:
+        "Token ids of a text or token-id prompt, checked against the vocabulary and `max_model_len`."
+        return check_prompt(self.tokenizer, prompt, self.engine_info.vocab_size, self.max_model_len)
+
+    # %% ../../nbs/24_async_llm.ipynb #393cda83
+    def _send(self, request_type: EngineCoreRequestType, payload) -> None:
+        "Send one message to the engine (any thread)."
+        self._send_frames(encode_request(request_type, payload))
+
+    # %% ../../nbs/24_async_llm.ipynb #393cda83
+    def _send_frames(self, frames: list[bytes]) -> None:
+        "Send already encoded frames to the engine (any thread)."
+        with self.input_lock: self.input_socket.send_multipart([self.engine_identity, *frames])
+
+    # %% ../../nbs/24_async_llm.ipynb #393cda83
+    async def add_request(self, request_id: str,
+                          prompt: str | list[int] | TextPrompt | TokensPrompt,
+                          sampling_params: SamplingParams | None = None, *, priority: int = 0,
+                          output_kind: RequestOutputKind | None = None) -> RequestOutputCollector:
+        "Validate, register and send one request (`n` engine requests); the collector of its outputs."
+        self.check_health()
+        sampling_params = sampling_params or SamplingParams()
+        if output_kind is not None: sampling_params = replace(sampling_params, output_kind=output_kind)
+        vocab_size = self.engine_info.vocab_size
+        check_sampling_params(sampling_params, self.tokenizer, vocab_size, self.max_logprobs)
+        sampling_params = check_request_params(sampling_params, vocab_size, self.max_logprobs)
+        text, prompt_token_ids = (prompt, None) if isinstance(prompt, str) else (None, prompt)
+        if isinstance(prompt, dict):      # vLLM's TextPrompt or TokensPrompt
+            parsed = parse_prompt(prompt)
+            text, prompt_token_ids = parsed["prompt"], parsed["prompt_token_ids"]
+        if prompt_token_ids is None:   # the tokenizer thread: the event loop keeps serving others
+            loop = asyncio.get_running_loop()
+            prompt_token_ids = await loop.run_in_executor(self.tokenizer_executor,
+                                                          self.tokenize_prompt, text)
+        else: prompt_token_ids = self.tokenize_prompt(prompt_token_ids)
+        eos = self.engine_info.eos_token_id   # max_tokens=None, bad_words, the model's extra EOS
+        sampling_params = prepare_sampling_params(sampling_params, len(prompt_token_ids),
+                                                  self.max_model_len, self.tokenizer,
+                                                  self.generation_config, eos)
+        self.check_health()
+        collector = RequestOutputCollector(asyncio.get_running_loop())
+        with self.processor_lock:
+            op = self.output_processor
+            if request_id in op.request_states or request_id in op.parent_requests:
+                raise ValueError(f"request id {request_id!r} is already in use")
+            children = fan_out(request_id, sampling_params)
+            requests = [Request(child_id, prompt_token_ids, sp, eos, priority=priority)
+                        for child_id, sp, _, _ in children]
+            # encoded before anything is registered: a payload msgpack refuses leaves no trace
+            try: messages = [encode_request(EngineCoreRequestType.ADD, request_to_wire(r))
+                             for r in requests]
+            except (TypeError, ValueError, OverflowError) as e:   # the checks above missed something
+                raise RuntimeError(f"request {request_id!r} cannot be sent to the engine: {e}") from e
+            for request, (_, _, parent, index) in zip(requests, children):
+                op.add_request(request, text, parent, index, collector)   # its params' output_kind
+        try:
+            for frames in messages: self._send_frames(frames)
+        except BaseException:   # registered but not (all) sent: undo, so nothing waits for it
+            with self.processor_lock: sent = self.output_processor.abort_requests([request_id])
+            try: self._send(EngineCoreRequestType.ABORT, sent)
+            except Exception: pass
+            raise
+        return collector
+
+    # %% ../../nbs/24_async_llm.ipynb #03511e4e
+    def abort(self, request_id: str | list[str]) -> None:
+        "Abort requests (and their `n` children): end their streams, finish them in the engine."
+        request_ids = [request_id] if isinstance(request_id, str) else list(request_id)
+        with self.processor_lock:
+            op = self.output_processor
+            states = [op.request_states.get(child) for rid in request_ids
+                      for child in (sorted(op.parent_requests[rid].child_requests)
+                                    if rid in op.parent_requests else [rid])]
+            to_abort = op.abort_requests(request_ids)
+            for state in states:   # a last output for whoever reads the stream (vLLM does the same)
+                out = None if state is None else state.make_request_output([], "abort", None)
+                if out is not None and state.queue is not None: state.queue.put(out)
+        if to_abort and self.errored is None and not self.closed:
+            self._send(EngineCoreRequestType.ABORT, to_abort)
+
+    # %% ../../nbs/24_async_llm.ipynb #03511e4e
+    async def stream_outputs(self, request_id: str,
+                             collector: RequestOutputCollector) -> AsyncIterator[RequestOutput]:
+        "The outputs of an added request until it finishes; aborts it if the consumer stops early."
+        finished = False
+        try:
+            while not finished:
+                out = await collector.get()
+                finished = out.finished
+                yield out
+        finally:
+            if not finished: self.abort(request_id)
+
+    # %% ../../nbs/24_async_llm.ipynb #03511e4e
+    async def generate(self, prompt: str | list[int] | TextPrompt | TokensPrompt,
+                       sampling_params: SamplingParams | None = None, request_id: str | None = None, *,
+                       priority: int = 0, output_kind: RequestOutputKind | None = None
+                       ) -> AsyncIterator[RequestOutput]:
+        "Stream `RequestOutput`s for one prompt as tokens are sampled; aborts the request if abandoned."
+        request_id = request_id or uuid.uuid4().hex
+        collector = await self.add_request(request_id, prompt, sampling_params, priority=priority,
+                                           output_kind=output_kind)
+        async for out in self.stream_outputs(request_id, collector): yield out
+
+    # %% ../../nbs/24_async_llm.ipynb #5b11e8a0
+    def call_utility(self, method: str, *args) -> concurrent.futures.Future:
+        "Call `EngineCoreProc.<method>(*args)` in the engine process; a future of its result."
+        self.check_health()
+        call_id, future = next(self.call_ids), concurrent.futures.Future()
+        self.utility_futures[call_id] = future
+        self._send(EngineCoreRequestType.UTILITY, [call_id, method, list(args)])
+        return future
+
+    # %% ../../nbs/24_async_llm.ipynb #5b11e8a0
+    async def get_stats(self) -> dict:
+        "Queue lengths, KV usage and free blocks of the engine."
+        return await asyncio.wrap_future(self.call_utility("get_stats"))
+
+    # %% ../../nbs/24_async_llm.ipynb #5b11e8a0
+    def get_timeline(self, timeout: float = 30):
+        "The engine's `TimelineRecorder` (started with `record_timeline=True`), copied to this process."
+        from minivllm.timeline import TimelineRecorder
+        blob = self.call_utility("get_timeline").result(timeout)
+        if blob is None:
+            raise ValueError("the engine records no timeline; start it with record_timeline=True")
+        device, settings, records = pickle.loads(blob)
+        rec = TimelineRecorder(device=device)
+        rec.settings, rec.records = settings, records
+        return rec
+
+    # %% ../../nbs/24_async_llm.ipynb #585bb541
+    def shutdown(self, timeout: float = 10) -> None:
+        "Stop the engine process (SHUTDOWN, then terminate if need be), close the sockets; idempotent."
+        if self.closed: return
+        self.closing = True   # the engine stops its heartbeats now: silence is no longer a failure
+        if self.errored is None and getattr(self, "engine_identity", None) is not None:
+            self._send(EngineCoreRequestType.SHUTDOWN, None)
+        if self.proc.pid is not None:  # started
+            self.proc.join(timeout)
+            if self.proc.is_alive(): self.proc.terminate(); self.proc.join(timeout)
+        self.closed = True
+        self.tokenizer_executor.shutdown(wait=False, cancel_futures=True)
+        if getattr(self, "output_thread", None) is not None: self.output_thread.join(timeout)
+        self.input_socket.close(linger=0); self.output_socket.close(linger=0); self.ctx.term()
+        if self.ipc_dir: shutil.rmtree(self.ipc_dir, ignore_errors=True)
+        atexit.unregister(self.shutdown)
+
+    # %% ../../nbs/24_async_llm.ipynb #585bb541
+    def __enter__(self): return self
+
+    # %% ../../nbs/24_async_llm.ipynb #585bb541
+    def __exit__(self, *exc): self.shutdown()
 
 # %% ../../nbs/24_async_llm.ipynb #08e9894d
-@patch
-def _process_outputs(self: AsyncLLM) -> None:
-    "Output thread: dispatch every message from the engine until shutdown or engine death."
-    while not self.closed:
-        if self.output_socket.poll(POLL_INTERVAL_MS):
-            self.last_heard = time.monotonic()
-            self._dispatch(msgpack.unpackb(self.output_socket.recv()))
-        elif not self.proc.is_alive() and not self.closed:
-            self._fail(EngineDeadError(f"engine process exited with code {self.proc.exitcode}"))
-        elif time.monotonic() - self.last_heard > self.heartbeat_timeout and not self.closing:
-            silent = time.monotonic() - self.last_heard
-            self._fail(EngineDeadError(f"engine process stopped responding (no heartbeat for "
-                                       f"{silent:.1f} s); it was killed"))
-            self.proc.kill()   # frozen (SIGSTOP, a hung driver): it must not hold the GPU
-        if self.errored is not None: return
-
 def stats_from_wire(d: dict | None) -> SchedulerStats | None:
     "Rebuild the `SchedulerStats` of a step (sent as a dict)."
     if d is None: return None
     prefix = d.get("prefix_cache_stats")
     return SchedulerStats(**d | {"prefix_cache_stats": prefix and PrefixCacheStats(**prefix)})
-
-@patch
-def get_metrics(self: AsyncLLM) -> list[Metric]:
-    "vLLM's metrics so far (`LLM.get_metrics`' snapshot): what `/metrics` shows."
-    with self.processor_lock: return self.stat_logger.get_metrics()
-
-@patch
-def _dispatch(self: AsyncLLM, message: dict) -> None:
-    "Route one output message: outputs, per-request errors, stats, utility results, engine death."
-    if message.get("error"): return self._fail(EngineDeadError(message["error"]))
-    if message.get("stats"): self.last_stats = message["stats"]
-    if message.get("utility"):
-        call_id, ok, result = message["utility"]
-        future = self.utility_futures.pop(call_id, None)
-        if future is not None:
-            future.set_result(result) if ok else future.set_exception(RuntimeError(result))
-    iteration_stats, processed = (IterationStats() if message.get("outputs") else None), None
-    with self.processor_lock:   # outputs with their stats: whoever reads one sees the other
-        if iteration_stats is not None:
-            outputs = [output_from_wire(o) for o in message["outputs"]]
-            processed = self.output_processor.process_outputs(outputs, iteration_stats)
-        if message.get("stats") or iteration_stats is not None:
-            self.stat_logger.record(stats_from_wire(message.get("stats")), iteration_stats)
-    if processed is not None and processed.reqs_to_abort:
-        self._send(EngineCoreRequestType.ABORT, processed.reqs_to_abort)
-    for request_id, text, kind in message.get("errors") or []:
-        self._reject(request_id, (ValueError if kind == "invalid" else EngineRequestError)(text))
-
-# %% ../../nbs/24_async_llm.ipynb #702e83f3
-@patch
-def _reject(self: AsyncLLM, request_id: str, error: Exception) -> None:
-    "End the stream behind engine request `request_id` with `error`; abort its siblings."
-    with self.processor_lock:
-        state = self.output_processor.request_states.get(request_id)
-        if state is None: return
-        user_id = state.parent_req.request_id if state.parent_req is not None else request_id
-        to_abort = [r for r in self.output_processor.abort_requests([user_id]) if r != request_id]
-    if to_abort: self._send(EngineCoreRequestType.ABORT, to_abort)
-    state.queue.put(error)
-
-@patch
-def _fail(self: AsyncLLM, error: EngineDeadError) -> None:
-    "The engine is dead: every open stream and pending utility call gets `error`."
-    logging.getLogger("minivllm").error("engine dead: %s", str(error).strip().splitlines()[-1])
-    self.errored = error
-    with self.processor_lock:
-        queues = {id(s.queue): s.queue for s in self.output_processor.request_states.values()}
-        self.output_processor.request_states.clear(); self.output_processor.parent_requests.clear()
-    for q in queues.values(): q.put(error)
-    for future in list(self.utility_futures.values()): future.set_exception(error)
-    self.utility_futures.clear()
 
 # %% ../../nbs/24_async_llm.ipynb #2a90056d
 INT64_MIN, INT64_MAX = -2**63, 2**63 - 1
@@ -538,160 +686,3 @@ def check_request_params(params: SamplingParams, vocab_size: int,
                              f"allowed, max_logprobs={max_logprobs}")
     if params.top_k > vocab_size: params = replace(params, top_k=vocab_size)   # as vLLM's batch
     return params
-
-@patch
-def tokenize_prompt(self: AsyncLLM, prompt: str | list[int]) -> list[int]:
-    "Token ids of a text or token-id prompt, checked against the vocabulary and `max_model_len`."
-    return check_prompt(self.tokenizer, prompt, self.engine_info.vocab_size, self.max_model_len)
-
-# %% ../../nbs/24_async_llm.ipynb #393cda83
-@patch
-def _send(self: AsyncLLM, request_type: EngineCoreRequestType, payload) -> None:
-    "Send one message to the engine (any thread)."
-    self._send_frames(encode_request(request_type, payload))
-
-@patch
-def _send_frames(self: AsyncLLM, frames: list[bytes]) -> None:
-    "Send already encoded frames to the engine (any thread)."
-    with self.input_lock: self.input_socket.send_multipart([self.engine_identity, *frames])
-
-@patch
-async def add_request(self: AsyncLLM, request_id: str,
-                      prompt: str | list[int] | TextPrompt | TokensPrompt,
-                      sampling_params: SamplingParams | None = None, *, priority: int = 0,
-                      output_kind: RequestOutputKind | None = None) -> RequestOutputCollector:
-    "Validate, register and send one request (`n` engine requests); the collector of its outputs."
-    self.check_health()
-    sampling_params = sampling_params or SamplingParams()
-    if output_kind is not None: sampling_params = replace(sampling_params, output_kind=output_kind)
-    vocab_size = self.engine_info.vocab_size
-    check_sampling_params(sampling_params, self.tokenizer, vocab_size, self.max_logprobs)
-    sampling_params = check_request_params(sampling_params, vocab_size, self.max_logprobs)
-    text, prompt_token_ids = (prompt, None) if isinstance(prompt, str) else (None, prompt)
-    if isinstance(prompt, dict):      # vLLM's TextPrompt or TokensPrompt
-        parsed = parse_prompt(prompt)
-        text, prompt_token_ids = parsed["prompt"], parsed["prompt_token_ids"]
-    if prompt_token_ids is None:   # the tokenizer thread: the event loop keeps serving others
-        loop = asyncio.get_running_loop()
-        prompt_token_ids = await loop.run_in_executor(self.tokenizer_executor,
-                                                      self.tokenize_prompt, text)
-    else: prompt_token_ids = self.tokenize_prompt(prompt_token_ids)
-    eos = self.engine_info.eos_token_id   # max_tokens=None, bad_words, the model's extra EOS
-    sampling_params = prepare_sampling_params(sampling_params, len(prompt_token_ids),
-                                              self.max_model_len, self.tokenizer,
-                                              self.generation_config, eos)
-    self.check_health()
-    collector = RequestOutputCollector(asyncio.get_running_loop())
-    with self.processor_lock:
-        op = self.output_processor
-        if request_id in op.request_states or request_id in op.parent_requests:
-            raise ValueError(f"request id {request_id!r} is already in use")
-        children = fan_out(request_id, sampling_params)
-        requests = [Request(child_id, prompt_token_ids, sp, eos, priority=priority)
-                    for child_id, sp, _, _ in children]
-        # encoded before anything is registered: a payload msgpack refuses leaves no trace
-        try: messages = [encode_request(EngineCoreRequestType.ADD, request_to_wire(r))
-                         for r in requests]
-        except (TypeError, ValueError, OverflowError) as e:   # the checks above missed something
-            raise RuntimeError(f"request {request_id!r} cannot be sent to the engine: {e}") from e
-        for request, (_, _, parent, index) in zip(requests, children):
-            op.add_request(request, text, parent, index, collector)   # its params' output_kind
-    try:
-        for frames in messages: self._send_frames(frames)
-    except BaseException:   # registered but not (all) sent: undo, so nothing waits for it
-        with self.processor_lock: sent = self.output_processor.abort_requests([request_id])
-        try: self._send(EngineCoreRequestType.ABORT, sent)
-        except Exception: pass
-        raise
-    return collector
-
-# %% ../../nbs/24_async_llm.ipynb #03511e4e
-@patch
-def abort(self: AsyncLLM, request_id: str | list[str]) -> None:
-    "Abort requests (and their `n` children): end their streams, finish them in the engine."
-    request_ids = [request_id] if isinstance(request_id, str) else list(request_id)
-    with self.processor_lock:
-        op = self.output_processor
-        states = [op.request_states.get(child) for rid in request_ids
-                  for child in (sorted(op.parent_requests[rid].child_requests)
-                                if rid in op.parent_requests else [rid])]
-        to_abort = op.abort_requests(request_ids)
-        for state in states:   # a last output for whoever reads the stream (vLLM does the same)
-            out = None if state is None else state.make_request_output([], "abort", None)
-            if out is not None and state.queue is not None: state.queue.put(out)
-    if to_abort and self.errored is None and not self.closed:
-        self._send(EngineCoreRequestType.ABORT, to_abort)
-
-@patch
-async def stream_outputs(self: AsyncLLM, request_id: str,
-                         collector: RequestOutputCollector) -> AsyncIterator[RequestOutput]:
-    "The outputs of an added request until it finishes; aborts it if the consumer stops early."
-    finished = False
-    try:
-        while not finished:
-            out = await collector.get()
-            finished = out.finished
-            yield out
-    finally:
-        if not finished: self.abort(request_id)
-
-@patch
-async def generate(self: AsyncLLM, prompt: str | list[int] | TextPrompt | TokensPrompt,
-                   sampling_params: SamplingParams | None = None, request_id: str | None = None, *,
-                   priority: int = 0, output_kind: RequestOutputKind | None = None
-                   ) -> AsyncIterator[RequestOutput]:
-    "Stream `RequestOutput`s for one prompt as tokens are sampled; aborts the request if abandoned."
-    request_id = request_id or uuid.uuid4().hex
-    collector = await self.add_request(request_id, prompt, sampling_params, priority=priority,
-                                       output_kind=output_kind)
-    async for out in self.stream_outputs(request_id, collector): yield out
-
-# %% ../../nbs/24_async_llm.ipynb #5b11e8a0
-@patch
-def call_utility(self: AsyncLLM, method: str, *args) -> concurrent.futures.Future:
-    "Call `EngineCoreProc.<method>(*args)` in the engine process; a future of its result."
-    self.check_health()
-    call_id, future = next(self.call_ids), concurrent.futures.Future()
-    self.utility_futures[call_id] = future
-    self._send(EngineCoreRequestType.UTILITY, [call_id, method, list(args)])
-    return future
-
-@patch
-async def get_stats(self: AsyncLLM) -> dict:
-    "Queue lengths, KV usage and free blocks of the engine."
-    return await asyncio.wrap_future(self.call_utility("get_stats"))
-
-@patch
-def get_timeline(self: AsyncLLM, timeout: float = 30):
-    "The engine's `TimelineRecorder` (started with `record_timeline=True`), copied to this process."
-    from minivllm.timeline import TimelineRecorder
-    blob = self.call_utility("get_timeline").result(timeout)
-    if blob is None:
-        raise ValueError("the engine records no timeline; start it with record_timeline=True")
-    device, settings, records = pickle.loads(blob)
-    rec = TimelineRecorder(device=device)
-    rec.settings, rec.records = settings, records
-    return rec
-
-# %% ../../nbs/24_async_llm.ipynb #585bb541
-@patch
-def shutdown(self: AsyncLLM, timeout: float = 10) -> None:
-    "Stop the engine process (SHUTDOWN, then terminate if need be), close the sockets; idempotent."
-    if self.closed: return
-    self.closing = True   # the engine stops its heartbeats now: silence is no longer a failure
-    if self.errored is None and getattr(self, "engine_identity", None) is not None:
-        self._send(EngineCoreRequestType.SHUTDOWN, None)
-    if self.proc.pid is not None:  # started
-        self.proc.join(timeout)
-        if self.proc.is_alive(): self.proc.terminate(); self.proc.join(timeout)
-    self.closed = True
-    self.tokenizer_executor.shutdown(wait=False, cancel_futures=True)
-    if getattr(self, "output_thread", None) is not None: self.output_thread.join(timeout)
-    self.input_socket.close(linger=0); self.output_socket.close(linger=0); self.ctx.term()
-    if self.ipc_dir: shutil.rmtree(self.ipc_dir, ignore_errors=True)
-    atexit.unregister(self.shutdown)
-
-@patch
-def __enter__(self: AsyncLLM): return self
-@patch
-def __exit__(self: AsyncLLM, *exc): self.shutdown()

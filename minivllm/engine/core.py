@@ -7,7 +7,6 @@ from __future__ import annotations
 import json, time
 from collections import deque
 import contextlib
-from fastcore.basics import patch
 from dataclasses import dataclass, replace
 import numpy as np
 from ..core.kv_cache_manager import cdiv
@@ -137,29 +136,28 @@ class EngineCore:
         "Stop the executor's worker thread, if it has one (steps in flight finish first)."
         if hasattr(self.model_executor, "shutdown"): self.model_executor.shutdown()
 
-# %% ../../nbs/21_engine_core.ipynb #a5c10002
-@patch
-def step_with_batch_queue(self: EngineCore) -> tuple[EngineCoreOutputs, bool]:
-    "Schedule and submit a step if the queue has room; else wait for the oldest and update (vLLM)."
-    batch_queue, model_executed = self.batch_queue, False
-    if self.scheduler.has_requests():
-        scheduler_output = self.scheduler.schedule()
-        self._record_scheduled(scheduler_output)
-        future = self.model_executor.execute_model(scheduler_output, non_block=True)
-        model_executed = scheduler_output.total_num_scheduled_tokens > 0
-        batch_queue.appendleft((future, scheduler_output))
-        if len(batch_queue) < self.batch_queue_size and (model_executed
-                                                         or self.scheduler.has_requests()):
-            return EngineCoreOutputs(), model_executed      # do not wait while there is room
-    elif not batch_queue:
-        return EngineCoreOutputs(), False
-    future, scheduler_output = batch_queue.pop()
-    try: model_output = future.result()
-    except Exception: self.failed_step = scheduler_output; raise
-    engine_core_outputs = self.scheduler.update_from_output(scheduler_output, model_output)
-    for observe in self.step_observers:
-        observe(self.scheduler, scheduler_output, engine_core_outputs)
-    return engine_core_outputs, model_executed
+    # %% ../../nbs/21_engine_core.ipynb #a5c10002
+    def step_with_batch_queue(self) -> tuple[EngineCoreOutputs, bool]:
+        "Schedule and submit a step if the queue has room; else wait for the oldest and update (vLLM)."
+        batch_queue, model_executed = self.batch_queue, False
+        if self.scheduler.has_requests():
+            scheduler_output = self.scheduler.schedule()
+            self._record_scheduled(scheduler_output)
+            future = self.model_executor.execute_model(scheduler_output, non_block=True)
+            model_executed = scheduler_output.total_num_scheduled_tokens > 0
+            batch_queue.appendleft((future, scheduler_output))
+            if len(batch_queue) < self.batch_queue_size and (model_executed
+                                                             or self.scheduler.has_requests()):
+                return EngineCoreOutputs(), model_executed      # do not wait while there is room
+        elif not batch_queue:
+            return EngineCoreOutputs(), False
+        future, scheduler_output = batch_queue.pop()
+        try: model_output = future.result()
+        except Exception: self.failed_step = scheduler_output; raise
+        engine_core_outputs = self.scheduler.update_from_output(scheduler_output, model_output)
+        for observe in self.step_observers:
+            observe(self.scheduler, scheduler_output, engine_core_outputs)
+        return engine_core_outputs, model_executed
 
 # %% ../../nbs/21_engine_core.ipynb #6ff73d0c
 def resolve_model_path(model: str | Path | None) -> Path:

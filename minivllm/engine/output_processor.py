@@ -8,7 +8,6 @@ import time
 from copy import copy
 from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
-from fastcore.basics import patch
 from ..request import Request
 from ..sampling_params import SamplingParams
 from ..core.sched.output import EngineCoreOutput, Logprob, LogprobsLists
@@ -53,6 +52,39 @@ class IncrementalDetokenizer:
         self.prefix_offset, self.read_offset = self.read_offset, len(self.token_ids)
         return window[len(prefix):]
 
+    # %% ../../nbs/20_output_processor.ipynb #o11d04
+    def update(self, new_token_ids: list[int],
+               stop_terminated: bool) -> str | None:
+        "Decode the new tokens and look for stop strings; returns the stop string that matched, if any."
+        if not new_token_ids: return None
+        skipped_stop_token = None
+        if stop_terminated and not self.include_stop_str_in_output:   # EOS / stop token: no text
+            new_token_ids, skipped_stop_token = new_token_ids[:-1], new_token_ids[-1]
+        stop_check_offset = len(self.output_text)
+        for token_id in new_token_ids:
+            self.output_text += self.decode_next(token_id)
+            if self.min_tokens and len(self.output_token_ids) <= self.min_tokens:
+                stop_check_offset = len(self.output_text)   # text within min_tokens cannot stop it
+        if skipped_stop_token is not None: self.token_ids.append(skipped_stop_token)
+        if not self.stop or len(self.output_token_ids) <= self.min_tokens: return None
+        new_chars = len(self.output_text) - stop_check_offset
+        include = self.include_stop_str_in_output
+        found = check_stop_strings(self.output_text, new_chars, self.stop, include)
+        if found is None: return None
+        stop_str, truncate_to = found
+        if truncate_to != -1: self.output_text = self.output_text[:truncate_to]
+        return stop_str
+
+    # %% ../../nbs/20_output_processor.ipynb #o11d04
+    def get_next_output_text(self, finished: bool, delta: bool) -> str:
+        "All the text (with `delta`: what is new), minus a possible stop-string start while unfinished."
+        length = len(self.output_text) - (0 if finished else self.stop_buffer_length)
+        if not delta: return self.output_text[:length]
+        last = self._last_output_text_offset
+        if last >= length: return ""
+        self._last_output_text_offset = length
+        return self.output_text[last:length]
+
 # %% ../../nbs/20_output_processor.ipynb #o11d04
 def check_stop_strings(output_text: str, new_char_count: int, stop: list[str],
                        include_in_output: bool) -> tuple[str, int] | None:
@@ -67,39 +99,6 @@ def check_stop_strings(output_text: str, new_char_count: int, stop: list[str],
         end = i + len(stop_str)
         return stop_str, -1 if end >= len(output_text) else end
     return None
-
-@patch
-def update(self: IncrementalDetokenizer, new_token_ids: list[int],
-           stop_terminated: bool) -> str | None:
-    "Decode the new tokens and look for stop strings; returns the stop string that matched, if any."
-    if not new_token_ids: return None
-    skipped_stop_token = None
-    if stop_terminated and not self.include_stop_str_in_output:   # EOS / stop token: no text
-        new_token_ids, skipped_stop_token = new_token_ids[:-1], new_token_ids[-1]
-    stop_check_offset = len(self.output_text)
-    for token_id in new_token_ids:
-        self.output_text += self.decode_next(token_id)
-        if self.min_tokens and len(self.output_token_ids) <= self.min_tokens:
-            stop_check_offset = len(self.output_text)   # text within min_tokens cannot stop it
-    if skipped_stop_token is not None: self.token_ids.append(skipped_stop_token)
-    if not self.stop or len(self.output_token_ids) <= self.min_tokens: return None
-    new_chars = len(self.output_text) - stop_check_offset
-    include = self.include_stop_str_in_output
-    found = check_stop_strings(self.output_text, new_chars, self.stop, include)
-    if found is None: return None
-    stop_str, truncate_to = found
-    if truncate_to != -1: self.output_text = self.output_text[:truncate_to]
-    return stop_str
-
-@patch
-def get_next_output_text(self: IncrementalDetokenizer, finished: bool, delta: bool) -> str:
-    "All the text (with `delta`: what is new), minus a possible stop-string start while unfinished."
-    length = len(self.output_text) - (0 if finished else self.stop_buffer_length)
-    if not delta: return self.output_text[:length]
-    last = self._last_output_text_offset
-    if last >= length: return ""
-    self._last_output_text_offset = length
-    return self.output_text[last:length]
 
 # %% ../../nbs/20_output_processor.ipynb #o11d08
 class LogprobsProcessor:
@@ -275,32 +274,31 @@ class OutputProcessor:
                 if self.request_states.pop(child_id, None) is not None: to_abort.append(child_id)
         return to_abort
 
-# %% ../../nbs/20_output_processor.ipynb #88a8dc5d
-@patch
-def process_outputs(self: OutputProcessor,
-                    engine_core_outputs: list[EngineCoreOutput],
-                    iteration_stats: IterationStats | None = None) -> OutputProcessorOutput:
-    "Update each request's state with its new tokens; collect outputs due and stop-string aborts."
-    result, now = OutputProcessorOutput(), time.monotonic()
-    for out in engine_core_outputs:
-        state = self.request_states.get(out.request_id)
-        if state is None: continue   # aborted meanwhile
-        state.num_cached_tokens = max(out.num_cached_tokens, 0)
-        state.update_stats(len(out.new_token_ids), now, iteration_stats)
-        state.logprobs_processor.update_from_output(out)
-        finish_reason, stop_reason = out.finish_reason, out.stop_reason
-        stop_string = state.detokenizer.update(out.new_token_ids, finish_reason == "stop")
-        if stop_string is not None:
-            finish_reason, stop_reason = "stop", stop_string
-            if not out.finished: result.reqs_to_abort.append(out.request_id)   # not seen by it
-        request_output = state.make_request_output(out.new_token_ids, finish_reason, stop_reason)
-        if finish_reason is not None:
-            self.request_states.pop(out.request_id)
-            if iteration_stats is not None: state.finish_stats(finish_reason, iteration_stats)
-            parent = state.parent_req
-            if parent is not None and not parent.child_requests:
-                self.parent_requests.pop(parent.request_id)
-        if request_output is None: continue
-        if state.queue is not None: state.queue.put(request_output)
-        else: result.request_outputs.append(request_output)
-    return result
+    # %% ../../nbs/20_output_processor.ipynb #88a8dc5d
+    def process_outputs(self,
+                        engine_core_outputs: list[EngineCoreOutput],
+                        iteration_stats: IterationStats | None = None) -> OutputProcessorOutput:
+        "Update each request's state with its new tokens; collect outputs due and stop-string aborts."
+        result, now = OutputProcessorOutput(), time.monotonic()
+        for out in engine_core_outputs:
+            state = self.request_states.get(out.request_id)
+            if state is None: continue   # aborted meanwhile
+            state.num_cached_tokens = max(out.num_cached_tokens, 0)
+            state.update_stats(len(out.new_token_ids), now, iteration_stats)
+            state.logprobs_processor.update_from_output(out)
+            finish_reason, stop_reason = out.finish_reason, out.stop_reason
+            stop_string = state.detokenizer.update(out.new_token_ids, finish_reason == "stop")
+            if stop_string is not None:
+                finish_reason, stop_reason = "stop", stop_string
+                if not out.finished: result.reqs_to_abort.append(out.request_id)   # not seen by it
+            request_output = state.make_request_output(out.new_token_ids, finish_reason, stop_reason)
+            if finish_reason is not None:
+                self.request_states.pop(out.request_id)
+                if iteration_stats is not None: state.finish_stats(finish_reason, iteration_stats)
+                parent = state.parent_req
+                if parent is not None and not parent.child_requests:
+                    self.parent_requests.pop(parent.request_id)
+            if request_output is None: continue
+            if state.queue is not None: state.queue.put(request_output)
+            else: result.request_outputs.append(request_output)
+        return result

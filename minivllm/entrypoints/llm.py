@@ -8,7 +8,6 @@ import itertools
 from dataclasses import replace
 from pathlib import Path
 import torch
-from fastcore.basics import patch
 from tqdm import tqdm   # a text bar: the same in a terminal and in a notebook
 from ..request import Request
 from ..sampling_params import RequestOutputKind, SamplingParams
@@ -80,40 +79,99 @@ class LLM:
         "Forget every cached prefix block; False while requests still hold blocks (vLLM's)."
         return self.engine_core.reset_prefix_cache(reset_running_requests)
 
-# %% ../../nbs/23_llm.ipynb #5e389787
-@patch
-def _tokenize(self: LLM, i: int, prompt: dict) -> list[int]:
-    "Token ids of prompt `i` (text goes through the tokenizer), checked against the model."
-    vocab_size = self.engine_core.info.vocab_size
-    ids = prompt["prompt_token_ids"]
-    return check_prompt(self.tokenizer, prompt["prompt"] if ids is None else ids, vocab_size,
-                        self.max_model_len, f"prompt {i}")
+    # %% ../../nbs/23_llm.ipynb #5e389787
+    def _tokenize(self, i: int, prompt: dict) -> list[int]:
+        "Token ids of prompt `i` (text goes through the tokenizer), checked against the model."
+        vocab_size = self.engine_core.info.vocab_size
+        ids = prompt["prompt_token_ids"]
+        return check_prompt(self.tokenizer, prompt["prompt"] if ids is None else ids, vocab_size,
+                            self.max_model_len, f"prompt {i}")
 
-@patch
-def _add_requests(self: LLM, prompts, sampling_params, priority) -> list[str]:
-    "Validate every prompt and parameter, then add each prompt's engine requests; their ids."
-    prompts = parse_prompts(prompts)
-    if sampling_params is None: sampling_params = self.get_default_sampling_params()
-    params = per_prompt(sampling_params, len(prompts), "sampling_params")
-    vocab_size, max_logprobs = self.engine_core.info.vocab_size, self.engine_args.max_logprobs
-    for p in params: check_sampling_params(p, self.tokenizer, vocab_size, max_logprobs)
-    priorities = per_prompt(0 if priority is None else priority, len(prompts), "priority")
-    if any(priorities) and self.scheduler_config.policy != "priority":
-        raise ValueError("priority was given but scheduling_policy is not 'priority'")
-    token_ids = [self._tokenize(i, p) for i, p in enumerate(prompts)]
-    params = [prepare_sampling_params(replace(sp, output_kind=RequestOutputKind.FINAL_ONLY),
-                                      len(ids), self.max_model_len, self.tokenizer,
-                                      self.generation_config, self.eos_token_id)
-              for sp, ids in zip(params, token_ids)]     # LLM reports once per request, as vLLM's
-    request_ids = []
-    for prompt, ids, sp, prio in zip(prompts, token_ids, params, priorities):
-        request_ids.append(rid := str(next(self.request_counter)))
-        for child_id, child_sp, parent, index in fan_out(rid, sp):
-            request = Request(child_id, ids, child_sp, eos_token_id=self.eos_token_id,
-                              priority=prio)
-            self.output_processor.add_request(request, prompt["prompt"], parent, index)
-            self.engine_core.add_request(request)
-    return request_ids
+    # %% ../../nbs/23_llm.ipynb #5e389787
+    def _add_requests(self, prompts, sampling_params, priority) -> list[str]:
+        "Validate every prompt and parameter, then add each prompt's engine requests; their ids."
+        prompts = parse_prompts(prompts)
+        if sampling_params is None: sampling_params = self.get_default_sampling_params()
+        params = per_prompt(sampling_params, len(prompts), "sampling_params")
+        vocab_size, max_logprobs = self.engine_core.info.vocab_size, self.engine_args.max_logprobs
+        for p in params: check_sampling_params(p, self.tokenizer, vocab_size, max_logprobs)
+        priorities = per_prompt(0 if priority is None else priority, len(prompts), "priority")
+        if any(priorities) and self.scheduler_config.policy != "priority":
+            raise ValueError("priority was given but scheduling_policy is not 'priority'")
+        token_ids = [self._tokenize(i, p) for i, p in enumerate(prompts)]
+        params = [prepare_sampling_params(replace(sp, output_kind=RequestOutputKind.FINAL_ONLY),
+                                          len(ids), self.max_model_len, self.tokenizer,
+                                          self.generation_config, self.eos_token_id)
+                  for sp, ids in zip(params, token_ids)]     # LLM reports once per request, as vLLM's
+        request_ids = []
+        for prompt, ids, sp, prio in zip(prompts, token_ids, params, priorities):
+            request_ids.append(rid := str(next(self.request_counter)))
+            for child_id, child_sp, parent, index in fan_out(rid, sp):
+                request = Request(child_id, ids, child_sp, eos_token_id=self.eos_token_id,
+                                  priority=prio)
+                self.output_processor.add_request(request, prompt["prompt"], parent, index)
+                self.engine_core.add_request(request)
+        return request_ids
+
+    # %% ../../nbs/23_llm.ipynb #e46e6b4c
+    def _run_engine(self, request_ids: list[str], use_tqdm: bool = True) -> list[RequestOutput]:
+        "Step the engine until every request is finished; outputs in the order of `request_ids`."
+        finished, prompt_tokens, output_tokens = {}, 0, 0
+        bar = dict(total=len(request_ids), desc="Processed prompts", dynamic_ncols=True,
+                   disable=not use_tqdm)
+        with tqdm(**bar) as pbar:
+            try:
+                while self.engine_core.has_unfinished_requests():
+                    outputs, _ = self.engine_core.step_fn()   # step(), or chapter 06's batch queue
+                    it = None if self.stat_logger is None else IterationStats()
+                    processed = self.output_processor.process_outputs(outputs.outputs, it)
+                    if it is not None: self.stat_logger.record(outputs.scheduler_stats, it)
+                    if processed.reqs_to_abort: self.engine_core.abort_requests(processed.reqs_to_abort)
+                    for out in processed.request_outputs:
+                        finished[out.request_id] = out
+                        prompt_tokens += len(out.prompt_token_ids)
+                        output_tokens += sum(len(c.token_ids) for c in out.outputs)
+                        pbar.update(1)
+                        pbar.set_postfix_str(_speed_postfix(pbar, prompt_tokens, output_tokens))
+            except BaseException:
+                self._abort([rid for rid in request_ids if rid not in finished]); raise
+        return [finished[rid] for rid in request_ids]
+
+    # %% ../../nbs/23_llm.ipynb #e46e6b4c
+    def _abort(self, request_ids: list[str]) -> None:
+        "Forget requests (and their children) in the output processor and abort them in the engine."
+        self.engine_core.abort_requests(self.output_processor.abort_requests(request_ids))
+
+    # %% ../../nbs/23_llm.ipynb #3d8e7f3b
+    def generate(self, prompts,
+                 sampling_params: SamplingParams | list[SamplingParams] | None = None, *,
+                 use_tqdm: bool = True, priority: int | list[int] | None = None) -> list[RequestOutput]:
+        "Completions of each prompt (vLLM's forms), in input order; default params: the model's."
+        return self._run_engine(self._add_requests(prompts, sampling_params, priority), use_tqdm)
+
+    # %% ../../nbs/23_llm.ipynb #a28912df
+    def get_metrics(self) -> list[Metric]:
+        "vLLM's metrics so far: `Counter`, `Gauge` and `Histogram` objects with vLLM's names."
+        if self.stat_logger is None:
+            raise RuntimeError("stat logging is disabled (LLM's default, as in vLLM); "
+                               "build LLM(..., disable_log_stats=False) to collect metrics")
+        return self.stat_logger.get_metrics()
+
+    # %% ../../nbs/23_llm.ipynb #c207d710
+    def chat(self, messages: list[dict] | list[list[dict]], sampling_params=None, *,
+             use_tqdm: bool = True, add_generation_prompt: bool = True) -> list[RequestOutput]:
+        "Generate the assistant's reply to one conversation or to each of a list of conversations."
+        if self.tokenizer is None or not getattr(self.tokenizer, "chat_template", None):
+            raise ValueError(f"{self.model_path} has no tokenizer with a chat template")
+        conversations = [messages] if messages and isinstance(messages[0], dict) else list(messages)
+        prompts = [self.tokenizer.apply_chat_template(c, tokenize=False,
+                                                      add_generation_prompt=add_generation_prompt)
+                   for c in conversations]
+        # the template already has the special tokens
+        token_ids = [self.tokenizer.encode(p, add_special_tokens=False) for p in prompts]
+        outputs = self.generate(token_ids, sampling_params, use_tqdm=use_tqdm)
+        for out, prompt in zip(outputs, prompts): out.prompt = prompt
+        return outputs
 
 # %% ../../nbs/23_llm.ipynb #e46e6b4c
 def _speed_postfix(pbar, prompt_tokens: int, output_tokens: int) -> str:
@@ -121,66 +179,3 @@ def _speed_postfix(pbar, prompt_tokens: int, output_tokens: int) -> str:
     elapsed = pbar.format_dict["elapsed"] or 1e-9
     return (f"est. speed input: {prompt_tokens / elapsed:.2f} toks/s, "
             f"output: {output_tokens / elapsed:.2f} toks/s")
-
-@patch
-def _run_engine(self: LLM, request_ids: list[str], use_tqdm: bool = True) -> list[RequestOutput]:
-    "Step the engine until every request is finished; outputs in the order of `request_ids`."
-    finished, prompt_tokens, output_tokens = {}, 0, 0
-    bar = dict(total=len(request_ids), desc="Processed prompts", dynamic_ncols=True,
-               disable=not use_tqdm)
-    with tqdm(**bar) as pbar:
-        try:
-            while self.engine_core.has_unfinished_requests():
-                outputs, _ = self.engine_core.step_fn()   # step(), or chapter 06's batch queue
-                it = None if self.stat_logger is None else IterationStats()
-                processed = self.output_processor.process_outputs(outputs.outputs, it)
-                if it is not None: self.stat_logger.record(outputs.scheduler_stats, it)
-                if processed.reqs_to_abort: self.engine_core.abort_requests(processed.reqs_to_abort)
-                for out in processed.request_outputs:
-                    finished[out.request_id] = out
-                    prompt_tokens += len(out.prompt_token_ids)
-                    output_tokens += sum(len(c.token_ids) for c in out.outputs)
-                    pbar.update(1)
-                    pbar.set_postfix_str(_speed_postfix(pbar, prompt_tokens, output_tokens))
-        except BaseException:
-            self._abort([rid for rid in request_ids if rid not in finished]); raise
-    return [finished[rid] for rid in request_ids]
-
-@patch
-def _abort(self: LLM, request_ids: list[str]) -> None:
-    "Forget requests (and their children) in the output processor and abort them in the engine."
-    self.engine_core.abort_requests(self.output_processor.abort_requests(request_ids))
-
-# %% ../../nbs/23_llm.ipynb #3d8e7f3b
-@patch
-def generate(self: LLM, prompts,
-             sampling_params: SamplingParams | list[SamplingParams] | None = None, *,
-             use_tqdm: bool = True, priority: int | list[int] | None = None) -> list[RequestOutput]:
-    "Completions of each prompt (vLLM's forms), in input order; default params: the model's."
-    return self._run_engine(self._add_requests(prompts, sampling_params, priority), use_tqdm)
-
-# %% ../../nbs/23_llm.ipynb #a28912df
-@patch
-def get_metrics(self: LLM) -> list[Metric]:
-    "vLLM's metrics so far: `Counter`, `Gauge` and `Histogram` objects with vLLM's names."
-    if self.stat_logger is None:
-        raise RuntimeError("stat logging is disabled (LLM's default, as in vLLM); "
-                           "build LLM(..., disable_log_stats=False) to collect metrics")
-    return self.stat_logger.get_metrics()
-
-# %% ../../nbs/23_llm.ipynb #c207d710
-@patch
-def chat(self: LLM, messages: list[dict] | list[list[dict]], sampling_params=None, *,
-         use_tqdm: bool = True, add_generation_prompt: bool = True) -> list[RequestOutput]:
-    "Generate the assistant's reply to one conversation or to each of a list of conversations."
-    if self.tokenizer is None or not getattr(self.tokenizer, "chat_template", None):
-        raise ValueError(f"{self.model_path} has no tokenizer with a chat template")
-    conversations = [messages] if messages and isinstance(messages[0], dict) else list(messages)
-    prompts = [self.tokenizer.apply_chat_template(c, tokenize=False,
-                                                  add_generation_prompt=add_generation_prompt)
-               for c in conversations]
-    # the template already has the special tokens
-    token_ids = [self.tokenizer.encode(p, add_special_tokens=False) for p in prompts]
-    outputs = self.generate(token_ids, sampling_params, use_tqdm=use_tqdm)
-    for out, prompt in zip(outputs, prompts): out.prompt = prompt
-    return outputs

@@ -10,7 +10,6 @@ from itertools import compress
 from operator import add
 from pathlib import Path
 import numpy as np
-from fastcore.basics import patch
 from ..timeline import BlockPoolCounts
 
 # %% auto #0
@@ -49,6 +48,141 @@ class TimelineWriter:
         "Flush and close the file (vLLM's `Scheduler.shutdown` calls it)."
         if self._file: self._file.close(); self._file = None
 
+    # %% ../../nbs/26_vllm_integration.ipynb #bb053f35
+    def _start(self, s) -> None:
+        "Open the file, write the header line, read the pool once (the first step calls it)."
+        import vllm
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.path, "wb", buffering=1 << 16)
+        self._pool, self._bs = s.kv_cache_manager.block_pool, s.block_size
+        self._caching, self._t0 = bool(s.cache_config.enable_prefix_caching), time.perf_counter()
+        header = dict(format=FORMAT, vllm_version=vllm.__version__, scheduler=type(s).__name__,
+                      token_budget=s.max_num_scheduled_tokens, settings=_settings(s),
+                      async_scheduling=bool(getattr(s.scheduler_config, "async_scheduling", False)),
+                      started=time.time())
+        self._file.write(json.dumps(header).encode() + b"\n")
+        self._counts = BlockPoolCounts(self._pool)
+
+    # %% ../../nbs/26_vllm_integration.ipynb #9b04b7f8
+    def record(self, s, so, mro, outputs: dict) -> dict:
+        "Append the line of the step `so` (a `SchedulerOutput`) that `update_from_output` finished."
+        if self._pool is not s.kv_cache_manager.block_pool: self._start(s)
+        t = time.perf_counter()
+        grants, c, last = so.num_scheduled_tokens, so.scheduled_cached_reqs, self._last
+        rec = dict(step=self.next_step, t=round(t - self._t0, 6))
+        req_ids, cids, g = list(grants), c.req_ids, list(grants.values())
+        if req_ids != last.get("req_ids"): rec["req_ids"] = req_ids
+        rec["num_scheduled_tokens"] = grant = _compact(g)
+        if cids != last.get("cached_req_ids"): rec["cached_req_ids"] = cids
+        steady = self._columns(rec, c, mro, req_ids, g)
+        touched = self._follow_tables(rec, s, so, mro, steady)
+        ended = self._ended(rec, s, so, outputs, touched)
+        running = s.running if len(grants) != len(s.running) + len(ended) else ()
+        if running or s.waiting or s.kv_holding_waiting:
+            rec["unscheduled"] = _unscheduled(grants, so.preempted_req_ids, running, s)
+        pool = self._pool
+        evicted = self._counts.update(touched, rescan=bool(so.preempted_req_ids))
+        rec["num_waiting"] = len(s.waiting) + len(s.kv_holding_waiting)
+        rec["num_running"], rec["num_ended"] = len(s.running), len(ended)
+        counts = self._counts
+        rec["kv"] = [pool.get_num_free_blocks(), counts.num_cached_free, counts.num_hashed, evicted,
+                     self._released]
+        self._file.write(_encode(rec) + b"\n")
+        self.next_step += 1
+        self.seconds += time.perf_counter() - t
+        return rec
+
+    # %% ../../nbs/26_vllm_integration.ipynb #75fb6b79
+    def _columns(self, rec: dict, c, mro, req_ids: list, grants: list) -> bool:
+        "Add the sent counts and the sampled counts to `rec` unless predictable; is the step steady?"
+        last, nct, nout = self._last, c.num_computed_tokens, c.num_output_tokens
+        n_sampled = list(map(len, mro.sampled_token_ids))
+        grant, sampled = rec["num_scheduled_tokens"], _compact(n_sampled)
+        sums = sum(nct), sum(nout), sum(grants), sum(n_sampled)
+        steady = "req_ids" not in rec and "cached_req_ids" not in rec and last.get("steady")
+        if not (steady and sums[0] == last["sums"][0] + last["sums"][2]):
+            rec["num_computed_tokens"] = nct                # else: before + granted
+        if not (steady and sums[1] == last["sums"][1] + last["sums"][3]):
+            rec["num_output_tokens"] = nout                 # else: before + sampled
+        if mro.req_ids != req_ids: rec["sampled_req_ids"] = mro.req_ids
+        rec["num_sampled"] = sampled
+        if self.tokens: rec["sampled_token_ids"] = [list(map(int, x)) for x in mro.sampled_token_ids]
+        steady = req_ids == c.req_ids and mro.req_ids == req_ids   # only running requests ran
+        self._last = dict(req_ids=req_ids, cached_req_ids=c.req_ids, sums=sums, steady=steady,
+                          n_sampled=n_sampled)
+        return steady
+
+    # %% ../../nbs/26_vllm_integration.ipynb #b0427057
+    def _follow_tables(self, rec: dict, s, so, mro, steady: bool) -> list[int]:
+        "Follow the block tables from what was sent; the blocks whose state may have changed."
+        live, bs, c, grants = self._live, self._bs, so.scheduled_cached_reqs, so.num_scheduled_tokens
+        touched, new_reqs, new_blocks, resumed = [], {}, {}, {}
+        for nr in so.scheduled_new_reqs:
+            rid, table = nr.req_id, list(nr.block_ids[0])
+            live[rid] = table; touched += table
+            new_reqs[rid] = [nr.num_computed_tokens, len(nr.prompt_token_ids or ()), table]
+            r = s.requests.get(rid)
+            if r is not None and r.num_preemptions:    # vLLM's V2 runner sends resumed ones here
+                n = self._last["n_sampled"][mro.req_id_to_index[rid]]
+                new_reqs[rid].append(r.num_output_tokens - n)
+        cids, nct, sent = c.req_ids, c.num_computed_tokens, c.new_block_ids
+        resumed_ids = c.resumed_req_ids
+        for i in compress(range(len(cids)), sent):                 # requests given new blocks
+            rid, ids = cids[i], sent[i][0]
+            touched += ids
+            if rid in resumed_ids: live[rid] = resumed[rid] = ids
+            elif ids: live[rid].extend(ids); new_blocks[rid] = ids
+        if self._caching and cids:                                 # blocks a grant filled
+            filled = self._filled(rec, nct, None if steady else [grants[r] for r in cids])
+            if steady and rec["num_scheduled_tokens"] == 1:        # decode: one block each
+                touched += [live[cids[i]][nct[i] // bs] for i in filled]
+            else:
+                for i in filled:
+                    touched += live[cids[i]][nct[i] // bs:(nct[i] + grants[cids[i]]) // bs]
+        for k, v in (("new_reqs", new_reqs), ("resumed", resumed), ("new_block_ids", new_blocks)):
+            if v: rec[k] = v
+        return touched
+
+    # %% ../../nbs/26_vllm_integration.ipynb #04f52716
+    def _filled(self, rec: dict, nct: list, grants: list | None) -> list[int]:
+        "Indices (in `cached_req_ids`) of the requests whose grant filled a block this step."
+        bs, step, phase = self._bs, self.next_step, getattr(self, "_phase", None)
+        decode = grants is None and rec["num_scheduled_tokens"] == 1       # all running, 1 token
+        if decode and phase is not None and not {"req_ids", "cached_req_ids",
+                                                 "num_computed_tokens"} & rec.keys():
+            return phase[step % bs]
+        b = np.fromiter(nct, np.int64, len(nct))
+        if not decode:
+            self._phase = None
+            g = np.array(grants) if grants is not None else rec["num_scheduled_tokens"]
+            return np.flatnonzero(b % bs + g >= bs).tolist()
+        at = (step + bs - 1 - b) % bs                     # the steps (mod bs) at which each fills
+        order = np.argsort(at, kind="stable")
+        bounds = np.searchsorted(at[order], np.arange(bs + 1))
+        self._phase = [order[bounds[k]:bounds[k + 1]].tolist() for k in range(bs)]
+        return self._phase[step % bs]
+
+    # %% ../../nbs/26_vllm_integration.ipynb #2ffa816c
+    def _ended(self, rec: dict, s, so, outputs: dict, touched: list) -> set:
+        "Preempted, ended and aborted requests: their tables go; returns the ended ones."
+        live, pool, released = self._live, self._pool, set()
+        if so.preempted_req_ids:
+            rec["preempted_req_ids"] = sorted(so.preempted_req_ids)
+            for rid in so.preempted_req_ids: live[rid] = []        # its blocks were freed
+        if so.finished_req_ids: rec["finished_req_ids"] = sorted(so.finished_req_ids)
+        ended = {rid for rid in s.finished_req_ids if rid in so.num_scheduled_tokens}
+        if ended:
+            rec["finished"] = {o.request_id: [str(o.finish_reason), list(o.new_token_ids)]
+                               for eco in outputs.values() for o in eco.outputs
+                               if o.finish_reason is not None}
+            for rid in ended:
+                table = live.pop(rid, []); touched += table
+                released.update(b for b in table if not pool.blocks[b].ref_cnt)
+        for rid in so.finished_req_ids:   # aborted between steps: their blocks were freed then
+            if rid in live: touched += live.pop(rid)
+        self._released = len(released)
+        return ended
+
 # %% ../../nbs/26_vllm_integration.ipynb #bb053f35
 def _settings(s) -> dict:
     "A vLLM scheduler's settings, under the names of minivllm's `TimelineRecorder.settings`."
@@ -62,21 +196,6 @@ def _settings(s) -> dict:
                 policy=getattr(policy, "value", policy),
                 enable_prefix_caching=bool(cc.enable_prefix_caching))
 
-@patch
-def _start(self: TimelineWriter, s) -> None:
-    "Open the file, write the header line, read the pool once (the first step calls it)."
-    import vllm
-    self.path.parent.mkdir(parents=True, exist_ok=True)
-    self._file = open(self.path, "wb", buffering=1 << 16)
-    self._pool, self._bs = s.kv_cache_manager.block_pool, s.block_size
-    self._caching, self._t0 = bool(s.cache_config.enable_prefix_caching), time.perf_counter()
-    header = dict(format=FORMAT, vllm_version=vllm.__version__, scheduler=type(s).__name__,
-                  token_budget=s.max_num_scheduled_tokens, settings=_settings(s),
-                  async_scheduling=bool(getattr(s.scheduler_config, "async_scheduling", False)),
-                  started=time.time())
-    self._file.write(json.dumps(header).encode() + b"\n")
-    self._counts = BlockPoolCounts(self._pool)
-
 # %% ../../nbs/26_vllm_integration.ipynb #4b54e09d
 try:                     # msgspec (a dependency of vLLM's) writes a line ten times faster than json
     import msgspec
@@ -89,131 +208,7 @@ def _compact(values: list):
     "A list of counts, or the one number when all are 1 (most decode steps)."
     return 1 if values.count(1) == len(values) else values
 
-# %% ../../nbs/26_vllm_integration.ipynb #9b04b7f8
-@patch
-def record(self: TimelineWriter, s, so, mro, outputs: dict) -> dict:
-    "Append the line of the step `so` (a `SchedulerOutput`) that `update_from_output` finished."
-    if self._pool is not s.kv_cache_manager.block_pool: self._start(s)
-    t = time.perf_counter()
-    grants, c, last = so.num_scheduled_tokens, so.scheduled_cached_reqs, self._last
-    rec = dict(step=self.next_step, t=round(t - self._t0, 6))
-    req_ids, cids, g = list(grants), c.req_ids, list(grants.values())
-    if req_ids != last.get("req_ids"): rec["req_ids"] = req_ids
-    rec["num_scheduled_tokens"] = grant = _compact(g)
-    if cids != last.get("cached_req_ids"): rec["cached_req_ids"] = cids
-    steady = self._columns(rec, c, mro, req_ids, g)
-    touched = self._follow_tables(rec, s, so, mro, steady)
-    ended = self._ended(rec, s, so, outputs, touched)
-    running = s.running if len(grants) != len(s.running) + len(ended) else ()
-    if running or s.waiting or s.kv_holding_waiting:
-        rec["unscheduled"] = _unscheduled(grants, so.preempted_req_ids, running, s)
-    pool = self._pool
-    evicted = self._counts.update(touched, rescan=bool(so.preempted_req_ids))
-    rec["num_waiting"] = len(s.waiting) + len(s.kv_holding_waiting)
-    rec["num_running"], rec["num_ended"] = len(s.running), len(ended)
-    counts = self._counts
-    rec["kv"] = [pool.get_num_free_blocks(), counts.num_cached_free, counts.num_hashed, evicted,
-                 self._released]
-    self._file.write(_encode(rec) + b"\n")
-    self.next_step += 1
-    self.seconds += time.perf_counter() - t
-    return rec
-
-# %% ../../nbs/26_vllm_integration.ipynb #75fb6b79
-@patch
-def _columns(self: TimelineWriter, rec: dict, c, mro, req_ids: list, grants: list) -> bool:
-    "Add the sent counts and the sampled counts to `rec` unless predictable; is the step steady?"
-    last, nct, nout = self._last, c.num_computed_tokens, c.num_output_tokens
-    n_sampled = list(map(len, mro.sampled_token_ids))
-    grant, sampled = rec["num_scheduled_tokens"], _compact(n_sampled)
-    sums = sum(nct), sum(nout), sum(grants), sum(n_sampled)
-    steady = "req_ids" not in rec and "cached_req_ids" not in rec and last.get("steady")
-    if not (steady and sums[0] == last["sums"][0] + last["sums"][2]):
-        rec["num_computed_tokens"] = nct                # else: before + granted
-    if not (steady and sums[1] == last["sums"][1] + last["sums"][3]):
-        rec["num_output_tokens"] = nout                 # else: before + sampled
-    if mro.req_ids != req_ids: rec["sampled_req_ids"] = mro.req_ids
-    rec["num_sampled"] = sampled
-    if self.tokens: rec["sampled_token_ids"] = [list(map(int, x)) for x in mro.sampled_token_ids]
-    steady = req_ids == c.req_ids and mro.req_ids == req_ids   # only running requests ran
-    self._last = dict(req_ids=req_ids, cached_req_ids=c.req_ids, sums=sums, steady=steady,
-                      n_sampled=n_sampled)
-    return steady
-
-# %% ../../nbs/26_vllm_integration.ipynb #b0427057
-@patch
-def _follow_tables(self: TimelineWriter, rec: dict, s, so, mro, steady: bool) -> list[int]:
-    "Follow the block tables from what was sent; the blocks whose state may have changed."
-    live, bs, c, grants = self._live, self._bs, so.scheduled_cached_reqs, so.num_scheduled_tokens
-    touched, new_reqs, new_blocks, resumed = [], {}, {}, {}
-    for nr in so.scheduled_new_reqs:
-        rid, table = nr.req_id, list(nr.block_ids[0])
-        live[rid] = table; touched += table
-        new_reqs[rid] = [nr.num_computed_tokens, len(nr.prompt_token_ids or ()), table]
-        r = s.requests.get(rid)
-        if r is not None and r.num_preemptions:    # vLLM's V2 runner sends resumed ones here
-            n = self._last["n_sampled"][mro.req_id_to_index[rid]]
-            new_reqs[rid].append(r.num_output_tokens - n)
-    cids, nct, sent = c.req_ids, c.num_computed_tokens, c.new_block_ids
-    resumed_ids = c.resumed_req_ids
-    for i in compress(range(len(cids)), sent):                 # requests given new blocks
-        rid, ids = cids[i], sent[i][0]
-        touched += ids
-        if rid in resumed_ids: live[rid] = resumed[rid] = ids
-        elif ids: live[rid].extend(ids); new_blocks[rid] = ids
-    if self._caching and cids:                                 # blocks a grant filled
-        filled = self._filled(rec, nct, None if steady else [grants[r] for r in cids])
-        if steady and rec["num_scheduled_tokens"] == 1:        # decode: one block each
-            touched += [live[cids[i]][nct[i] // bs] for i in filled]
-        else:
-            for i in filled:
-                touched += live[cids[i]][nct[i] // bs:(nct[i] + grants[cids[i]]) // bs]
-    for k, v in (("new_reqs", new_reqs), ("resumed", resumed), ("new_block_ids", new_blocks)):
-        if v: rec[k] = v
-    return touched
-
-# %% ../../nbs/26_vllm_integration.ipynb #04f52716
-@patch
-def _filled(self: TimelineWriter, rec: dict, nct: list, grants: list | None) -> list[int]:
-    "Indices (in `cached_req_ids`) of the requests whose grant filled a block this step."
-    bs, step, phase = self._bs, self.next_step, getattr(self, "_phase", None)
-    decode = grants is None and rec["num_scheduled_tokens"] == 1       # all running, 1 token
-    if decode and phase is not None and not {"req_ids", "cached_req_ids",
-                                             "num_computed_tokens"} & rec.keys():
-        return phase[step % bs]
-    b = np.fromiter(nct, np.int64, len(nct))
-    if not decode:
-        self._phase = None
-        g = np.array(grants) if grants is not None else rec["num_scheduled_tokens"]
-        return np.flatnonzero(b % bs + g >= bs).tolist()
-    at = (step + bs - 1 - b) % bs                     # the steps (mod bs) at which each fills
-    order = np.argsort(at, kind="stable")
-    bounds = np.searchsorted(at[order], np.arange(bs + 1))
-    self._phase = [order[bounds[k]:bounds[k + 1]].tolist() for k in range(bs)]
-    return self._phase[step % bs]
-
 # %% ../../nbs/26_vllm_integration.ipynb #2ffa816c
-@patch
-def _ended(self: TimelineWriter, rec: dict, s, so, outputs: dict, touched: list) -> set:
-    "Preempted, ended and aborted requests: their tables go; returns the ended ones."
-    live, pool, released = self._live, self._pool, set()
-    if so.preempted_req_ids:
-        rec["preempted_req_ids"] = sorted(so.preempted_req_ids)
-        for rid in so.preempted_req_ids: live[rid] = []        # its blocks were freed
-    if so.finished_req_ids: rec["finished_req_ids"] = sorted(so.finished_req_ids)
-    ended = {rid for rid in s.finished_req_ids if rid in so.num_scheduled_tokens}
-    if ended:
-        rec["finished"] = {o.request_id: [str(o.finish_reason), list(o.new_token_ids)]
-                           for eco in outputs.values() for o in eco.outputs
-                           if o.finish_reason is not None}
-        for rid in ended:
-            table = live.pop(rid, []); touched += table
-            released.update(b for b in table if not pool.blocks[b].ref_cnt)
-    for rid in so.finished_req_ids:   # aborted between steps: their blocks were freed then
-        if rid in live: touched += live.pop(rid)
-    self._released = len(released)
-    return ended
-
 def _unscheduled(grants: dict, preempted, running, s) -> list:
     "`[req_id, state, num_computed_tokens, num_tokens, num_prompt_tokens]` of the others."
     rows = []

@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 from torch import nn
-from fastcore.basics import patch
 
 from typing import TYPE_CHECKING
 from ..sampling_params import SamplingParams
@@ -57,71 +56,71 @@ class SamplingMetadata:
         "Per-row greedy flags, on the device (used only inside `torch.where`)."
         return self.temperature < _GREEDY_EPS
 
-# %% ../../nbs/11_sampler.ipynb #fc25637a
-@patch(cls_method=True)
-def from_arrays(cls: SamplingMetadata, temperature, top_p=None, top_k=None, min_p=None, *,
-                generators=None, masked_stop_token_ids=None, max_num_logprobs=None,
-                presence_penalties=None, frequency_penalties=None, repetition_penalties=None,
-                output_bin_counts=None, prompt_token_mask=None, logit_bias=None,
-                allowed_token_ids=None, bad_words_token_ids=None, output_token_ids=None,
-                device="cpu") -> SamplingMetadata:
-    "Metadata from per-row host arrays; every flag is computed here, on the host."
-    temperature = np.asarray(temperature, dtype=np.float32)
-    n, t = len(temperature), lambda a, dtype: to_device(np.asarray(a), device, dtype)
-    top_p = np.ones(n, np.float32) if top_p is None else np.asarray(top_p, dtype=np.float32)
-    top_k = np.zeros(n, np.int64) if top_k is None else np.asarray(top_k, dtype=np.int64)
-    min_p = np.zeros(n, np.float32) if min_p is None else np.asarray(min_p, dtype=np.float32)
-    greedy = temperature < _GREEDY_EPS
-    pen = [np.full(n, d, np.float32) if a is None else np.asarray(a, dtype=np.float32)
-           for a,
-           d in ((presence_penalties, 0), (frequency_penalties, 0), (repetition_penalties, 1))]
-    no_penalties = not (np.any(pen[0] != 0) or np.any(pen[1] != 0) or np.any(pen[2] != 1))
-    if not no_penalties and (output_bin_counts is None or prompt_token_mask is None):
-        raise ValueError("penalties need output_bin_counts and prompt_token_mask")
-    return cls(t(temperature, torch.float32), bool(greedy.all()), not bool(greedy.any()),
-               t(top_p, torch.float32) if np.any(top_p < 1) else None,
-               t(top_k, torch.int64) if np.any(top_k > 0) else None, int(top_k.max(initial=0)),
-               t(min_p, torch.float32) if np.any(min_p > 0) else None,
-               dict(generators or {}), dict(masked_stop_token_ids or {}), max_num_logprobs,
-               no_penalties, *([None] * 5 if no_penalties else
-                               [t(a, torch.float32) for a in pen] + [output_bin_counts,
-                                                                     prompt_token_mask]),
-               dict(logit_bias or {}), dict(allowed_token_ids or {}),
-               dict(bad_words_token_ids or {}), dict(output_token_ids or {}))
+    # %% ../../nbs/11_sampler.ipynb #fc25637a
+    @classmethod
+    def from_arrays(cls, temperature, top_p=None, top_k=None, min_p=None, *,
+                    generators=None, masked_stop_token_ids=None, max_num_logprobs=None,
+                    presence_penalties=None, frequency_penalties=None, repetition_penalties=None,
+                    output_bin_counts=None, prompt_token_mask=None, logit_bias=None,
+                    allowed_token_ids=None, bad_words_token_ids=None, output_token_ids=None,
+                    device="cpu") -> SamplingMetadata:
+        "Metadata from per-row host arrays; every flag is computed here, on the host."
+        temperature = np.asarray(temperature, dtype=np.float32)
+        n, t = len(temperature), lambda a, dtype: to_device(np.asarray(a), device, dtype)
+        top_p = np.ones(n, np.float32) if top_p is None else np.asarray(top_p, dtype=np.float32)
+        top_k = np.zeros(n, np.int64) if top_k is None else np.asarray(top_k, dtype=np.int64)
+        min_p = np.zeros(n, np.float32) if min_p is None else np.asarray(min_p, dtype=np.float32)
+        greedy = temperature < _GREEDY_EPS
+        pen = [np.full(n, d, np.float32) if a is None else np.asarray(a, dtype=np.float32)
+               for a,
+               d in ((presence_penalties, 0), (frequency_penalties, 0), (repetition_penalties, 1))]
+        no_penalties = not (np.any(pen[0] != 0) or np.any(pen[1] != 0) or np.any(pen[2] != 1))
+        if not no_penalties and (output_bin_counts is None or prompt_token_mask is None):
+            raise ValueError("penalties need output_bin_counts and prompt_token_mask")
+        return cls(t(temperature, torch.float32), bool(greedy.all()), not bool(greedy.any()),
+                   t(top_p, torch.float32) if np.any(top_p < 1) else None,
+                   t(top_k, torch.int64) if np.any(top_k > 0) else None, int(top_k.max(initial=0)),
+                   t(min_p, torch.float32) if np.any(min_p > 0) else None,
+                   dict(generators or {}), dict(masked_stop_token_ids or {}), max_num_logprobs,
+                   no_penalties, *([None] * 5 if no_penalties else
+                                   [t(a, torch.float32) for a in pen] + [output_bin_counts,
+                                                                         prompt_token_mask]),
+                   dict(logit_bias or {}), dict(allowed_token_ids or {}),
+                   dict(bad_words_token_ids or {}), dict(output_token_ids or {}))
 
-# %% ../../nbs/11_sampler.ipynb #be7c276a
-@patch(cls_method=True)
-def from_params(cls: SamplingMetadata, params: list[SamplingParams], generators=None,
-                prompt_token_ids=None, output_token_ids=None, vocab_size: int | None = None,
-                device="cpu") -> SamplingMetadata:
-    "Metadata for rows with `params`; penalties count `output_token_ids` (lists, one per row)."
-    ks = [p.logprobs for p in params if p.logprobs is not None]
-    counts = mask = None
-    if any(p.presence_penalty or p.frequency_penalty or p.repetition_penalty != 1 for p in params):
-        if vocab_size is None: raise ValueError("penalties need vocab_size")
-        counts = torch.zeros(len(params), vocab_size, dtype=torch.int32)
-        mask = torch.zeros(len(params), vocab_size, dtype=torch.bool)
-        for i, (pr, out) in enumerate(zip(prompt_token_ids or [[]] * len(params),
-                                          output_token_ids or [[]] * len(params))):
-            mask[i, list(pr)] = True
-            counts[i] = torch.bincount(torch.tensor(list(out), dtype=torch.int64),
-                                       minlength=vocab_size)
-        counts, mask = counts.to(device), mask.to(device)
-    rows = lambda f: {i: v for i, p in enumerate(params) if (v := f(p))}
-    outs = output_token_ids or [[]] * len(params)
-    return cls.from_arrays([p.temperature for p in params], [p.top_p for p in params],
-                           [p.top_k for p in params], [p.min_p for p in params],
-                           generators=generators, max_num_logprobs=max(ks) if ks else None,
-                           presence_penalties=[p.presence_penalty for p in params],
-                           frequency_penalties=[p.frequency_penalty for p in params],
-                           repetition_penalties=[p.repetition_penalty for p in params],
-                           output_bin_counts=counts, prompt_token_mask=mask,
-                           logit_bias=rows(lambda p: p.logit_bias),
-                           allowed_token_ids=rows(lambda p: p.allowed_token_ids),
-                           bad_words_token_ids=rows(lambda p: p.bad_words_token_ids),
-                           output_token_ids={i: list(outs[i]) for i, p in enumerate(params)
-                                             if p.bad_words_token_ids},
-                           device=device)
+    # %% ../../nbs/11_sampler.ipynb #be7c276a
+    @classmethod
+    def from_params(cls, params: list[SamplingParams], generators=None,
+                    prompt_token_ids=None, output_token_ids=None, vocab_size: int | None = None,
+                    device="cpu") -> SamplingMetadata:
+        "Metadata for rows with `params`; penalties count `output_token_ids` (lists, one per row)."
+        ks = [p.logprobs for p in params if p.logprobs is not None]
+        counts = mask = None
+        if any(p.presence_penalty or p.frequency_penalty or p.repetition_penalty != 1 for p in params):
+            if vocab_size is None: raise ValueError("penalties need vocab_size")
+            counts = torch.zeros(len(params), vocab_size, dtype=torch.int32)
+            mask = torch.zeros(len(params), vocab_size, dtype=torch.bool)
+            for i, (pr, out) in enumerate(zip(prompt_token_ids or [[]] * len(params),
+                                              output_token_ids or [[]] * len(params))):
+                mask[i, list(pr)] = True
+                counts[i] = torch.bincount(torch.tensor(list(out), dtype=torch.int64),
+                                           minlength=vocab_size)
+            counts, mask = counts.to(device), mask.to(device)
+        rows = lambda f: {i: v for i, p in enumerate(params) if (v := f(p))}
+        outs = output_token_ids or [[]] * len(params)
+        return cls.from_arrays([p.temperature for p in params], [p.top_p for p in params],
+                               [p.top_k for p in params], [p.min_p for p in params],
+                               generators=generators, max_num_logprobs=max(ks) if ks else None,
+                               presence_penalties=[p.presence_penalty for p in params],
+                               frequency_penalties=[p.frequency_penalty for p in params],
+                               repetition_penalties=[p.repetition_penalty for p in params],
+                               output_bin_counts=counts, prompt_token_mask=mask,
+                               logit_bias=rows(lambda p: p.logit_bias),
+                               allowed_token_ids=rows(lambda p: p.allowed_token_ids),
+                               bad_words_token_ids=rows(lambda p: p.bad_words_token_ids),
+                               output_token_ids={i: list(outs[i]) for i, p in enumerate(params)
+                                                 if p.bad_words_token_ids},
+                               device=device)
 
 # %% ../../nbs/11_sampler.ipynb #72884ccb
 def make_sampling_metadata(input_batch: InputBatch, discard_request_indices=(),

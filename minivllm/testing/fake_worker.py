@@ -5,7 +5,6 @@
 # %% ../../nbs/05_fake_worker.ipynb #d84e4875
 from __future__ import annotations
 from dataclasses import dataclass
-from fastcore.basics import patch
 from ..request import Request, RequestStatus
 from ..sampling_params import SamplingParams
 from ..core.sched.output import SchedulerOutput, ModelRunnerOutput
@@ -72,36 +71,35 @@ class FakeWorker:
         i = self.req_index.setdefault(req_id, len(self.req_index))
         return self.base + self.req_stride * i + k
 
-# %% ../../nbs/05_fake_worker.ipynb #42167396
-@patch
-def _update_states(self: FakeWorker, scheduler_output: SchedulerOutput) -> None:
-    "Apply one `SchedulerOutput` to the worker's request states (vLLM's `_update_states`)."
-    for rid in scheduler_output.finished_req_ids: self.requests.pop(rid, None)
-    for nr in scheduler_output.scheduled_new_reqs:
-        prompt = list(nr.prompt_token_ids)
-        self.requests[nr.req_id] = WorkerRequestState(prompt, len(prompt), list(nr.block_ids),
-                                                      nr.num_computed_tokens)
-    c = scheduler_output.scheduled_cached_reqs
-    for i, rid in enumerate(c.req_ids):
-        state = self.requests[rid]
-        if rid in c.all_token_ids: state.token_ids = list(c.all_token_ids[rid])
-        if rid in c.resumed_req_ids: state.block_ids = list(c.new_block_ids[i])
-        elif c.new_block_ids[i] is not None: state.block_ids.extend(c.new_block_ids[i])
-        state.num_computed_tokens = c.num_computed_tokens[i]
+    # %% ../../nbs/05_fake_worker.ipynb #42167396
+    def _update_states(self, scheduler_output: SchedulerOutput) -> None:
+        "Apply one `SchedulerOutput` to the worker's request states (vLLM's `_update_states`)."
+        for rid in scheduler_output.finished_req_ids: self.requests.pop(rid, None)
+        for nr in scheduler_output.scheduled_new_reqs:
+            prompt = list(nr.prompt_token_ids)
+            self.requests[nr.req_id] = WorkerRequestState(prompt, len(prompt), list(nr.block_ids),
+                                                          nr.num_computed_tokens)
+        c = scheduler_output.scheduled_cached_reqs
+        for i, rid in enumerate(c.req_ids):
+            state = self.requests[rid]
+            if rid in c.all_token_ids: state.token_ids = list(c.all_token_ids[rid])
+            if rid in c.resumed_req_ids: state.block_ids = list(c.new_block_ids[i])
+            elif c.new_block_ids[i] is not None: state.block_ids.extend(c.new_block_ids[i])
+            state.num_computed_tokens = c.num_computed_tokens[i]
 
-@patch
-def execute_model(self: FakeWorker, scheduler_output: SchedulerOutput) -> ModelRunnerOutput:
-    "Update states, 'run' the step, and sample one token per request whose prompt is done."
-    self._update_states(scheduler_output)
-    samples = {}
-    for rid, n in scheduler_output.num_scheduled_tokens.items():
-        state = self.requests[rid]
-        state.num_computed_tokens += n
-        done = state.num_computed_tokens >= len(state.token_ids)
-        k = len(state.token_ids) - state.num_prompt_tokens            # outputs so far
-        samples[rid] = [self.sample(rid, k)] if done else []
-        state.token_ids.extend(samples[rid])
-    return ModelRunnerOutput.from_samples(samples)
+    # %% ../../nbs/05_fake_worker.ipynb #42167396
+    def execute_model(self, scheduler_output: SchedulerOutput) -> ModelRunnerOutput:
+        "Update states, 'run' the step, and sample one token per request whose prompt is done."
+        self._update_states(scheduler_output)
+        samples = {}
+        for rid, n in scheduler_output.num_scheduled_tokens.items():
+            state = self.requests[rid]
+            state.num_computed_tokens += n
+            done = state.num_computed_tokens >= len(state.token_ids)
+            k = len(state.token_ids) - state.num_prompt_tokens            # outputs so far
+            samples[rid] = [self.sample(rid, k)] if done else []
+            state.token_ids.extend(samples[rid])
+        return ModelRunnerOutput.from_samples(samples)
 
 # %% ../../nbs/05_fake_worker.ipynb #dec4a463
 _STATE = {"new": "WAITING", "resumed": "PREEMPTED", "running": "RUNNING"}

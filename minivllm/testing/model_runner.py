@@ -3,7 +3,6 @@
 # %% ../../nbs/14_model_runner.ipynb #36cb3d43
 from __future__ import annotations
 import torch
-from fastcore.basics import patch
 from ..attention.backends.triton_attn import AttentionMetadata
 
 # %% auto #0
@@ -13,7 +12,6 @@ __all__ = ['HistoryModel']
 import math
 import torch
 from torch import nn
-from fastcore.basics import patch
 from ..attention.backends.triton_attn import AttentionMetadata
 
 # %% ../../nbs/14_model_runner.ipynb #8ac51c76
@@ -32,38 +30,37 @@ class HistoryModel(nn.Module):
         pos = torch.arange(1, len(token_ids) + 1, device=token_ids.device)
         return torch.cumsum((token_ids.long() + 1) * pos, 0)
 
-# %% ../../nbs/14_model_runner.ipynb #250bb3f9
-@patch
-def forward(self: HistoryModel, input_ids: torch.Tensor, positions: torch.Tensor,
-            metadata: AttentionMetadata) -> torch.Tensor:
-    "Write the ids at their slots; return each token's history hash (mod vocab), `[num_tokens, 1]`."
-    cache = self.kv_caches[0]
-    block_size = cache.shape[2]
-    slots = metadata.slot_mapping[metadata.slot_mapping >= 0]
-    cache[slots // block_size, 0, slots % block_size, 0,
-          0] = input_ids[metadata.slot_mapping >= 0].to(cache.dtype)
-    hidden = torch.empty(len(input_ids), 1, dtype=torch.float32, device=input_ids.device)
-    qsl, seq_lens = metadata.query_start_loc.tolist(), metadata.seq_lens.tolist()
-    for i, seq_len in enumerate(seq_lens):
-        blocks = metadata.block_table[i, :math.ceil(seq_len / block_size)].long()
-        history = cache[blocks, 0, :, 0, 0].reshape(-1)[:seq_len]
-        n = qsl[i + 1] - qsl[i]
-        hidden[qsl[i]:qsl[i + 1],
-               0] = (self.history_hash(history)[seq_len - n:] % self.vocab_size).float()
-    return hidden
+    # %% ../../nbs/14_model_runner.ipynb #250bb3f9
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
+                metadata: AttentionMetadata) -> torch.Tensor:
+        "Write the ids at their slots; return each token's history hash (mod vocab), `[num_tokens, 1]`."
+        cache = self.kv_caches[0]
+        block_size = cache.shape[2]
+        slots = metadata.slot_mapping[metadata.slot_mapping >= 0]
+        cache[slots // block_size, 0, slots % block_size, 0,
+              0] = input_ids[metadata.slot_mapping >= 0].to(cache.dtype)
+        hidden = torch.empty(len(input_ids), 1, dtype=torch.float32, device=input_ids.device)
+        qsl, seq_lens = metadata.query_start_loc.tolist(), metadata.seq_lens.tolist()
+        for i, seq_len in enumerate(seq_lens):
+            blocks = metadata.block_table[i, :math.ceil(seq_len / block_size)].long()
+            history = cache[blocks, 0, :, 0, 0].reshape(-1)[:seq_len]
+            n = qsl[i + 1] - qsl[i]
+            hidden[qsl[i]:qsl[i + 1],
+                   0] = (self.history_hash(history)[seq_len - n:] % self.vocab_size).float()
+        return hidden
 
-@patch
-def compute_logits(self: HistoryModel, hidden: torch.Tensor) -> torch.Tensor:
-    "Logits peaked at `hash mod vocab_size`, smooth around it so sampling has something to choose."
-    target = hidden[:, :1]
-    angle = 2 * math.pi * (torch.arange(self.vocab_size,
-                                        device=hidden.device) - target) / self.vocab_size
-    return 4.0 * torch.cos(angle)
+    # %% ../../nbs/14_model_runner.ipynb #250bb3f9
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        "Logits peaked at `hash mod vocab_size`, smooth around it so sampling has something to choose."
+        target = hidden[:, :1]
+        angle = 2 * math.pi * (torch.arange(self.vocab_size,
+                                            device=hidden.device) - target) / self.vocab_size
+        return 4.0 * torch.cos(angle)
 
-@patch
-def greedy_reference(self: HistoryModel, prompt: list[int], num_tokens: int) -> list[int]:
-    "The tokens greedy decoding must produce for `prompt`, computed without any cache."
-    tokens = list(prompt)
-    for _ in range(num_tokens):
-        tokens.append(int(self.history_hash(torch.tensor(tokens))[-1] % self.vocab_size))
-    return tokens[len(prompt):]
+    # %% ../../nbs/14_model_runner.ipynb #250bb3f9
+    def greedy_reference(self, prompt: list[int], num_tokens: int) -> list[int]:
+        "The tokens greedy decoding must produce for `prompt`, computed without any cache."
+        tokens = list(prompt)
+        for _ in range(num_tokens):
+            tokens.append(int(self.history_hash(torch.tensor(tokens))[-1] % self.vocab_size))
+        return tokens[len(prompt):]

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import numpy as np
-from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['BlockTable']
@@ -24,45 +23,43 @@ class BlockTable:
         if not 0 <= row < self.max_num_reqs:
             raise IndexError(f"block table row {row} out of range [0, {self.max_num_reqs})")
 
-# %% ../../nbs/10_input_batch.ipynb #248362bb
-@patch
-def append_row(self: BlockTable, block_ids: list[int], row: int):
-    "Append `block_ids` after the blocks row `row` already holds."
-    self._check_row(row)
-    start = int(self.num_blocks_per_row[row])
-    if start + len(block_ids) > self.max_num_blocks_per_req:
-        raise ValueError(f"row {row} would hold {start + len(block_ids)} blocks, "
-                         f"more than max_num_blocks_per_req={self.max_num_blocks_per_req}")
-    self.block_table[row, start:start + len(block_ids)] = block_ids
-    self.num_blocks_per_row[row] = start + len(block_ids)
+    # %% ../../nbs/10_input_batch.ipynb #248362bb
+    def append_row(self, block_ids: list[int], row: int):
+        "Append `block_ids` after the blocks row `row` already holds."
+        self._check_row(row)
+        start = int(self.num_blocks_per_row[row])
+        if start + len(block_ids) > self.max_num_blocks_per_req:
+            raise ValueError(f"row {row} would hold {start + len(block_ids)} blocks, "
+                             f"more than max_num_blocks_per_req={self.max_num_blocks_per_req}")
+        self.block_table[row, start:start + len(block_ids)] = block_ids
+        self.num_blocks_per_row[row] = start + len(block_ids)
 
-@patch
-def add_row(self: BlockTable, block_ids: list[int], row: int):
-    "Overwrite row `row` with `block_ids` (a new or resumed request)."
-    self._check_row(row)
-    self.num_blocks_per_row[row] = 0
-    self.append_row(block_ids, row)
+    # %% ../../nbs/10_input_batch.ipynb #248362bb
+    def add_row(self, block_ids: list[int], row: int):
+        "Overwrite row `row` with `block_ids` (a new or resumed request)."
+        self._check_row(row)
+        self.num_blocks_per_row[row] = 0
+        self.append_row(block_ids, row)
 
-@patch
-def move_row(self: BlockTable, src: int, dst: int):
-    "Copy row `src` into row `dst` (used by `InputBatch.condense`)."
-    self._check_row(src); self._check_row(dst)
-    n = self.num_blocks_per_row[src]
-    self.block_table[dst, :n] = self.block_table[src, :n]
-    self.num_blocks_per_row[dst] = n
+    # %% ../../nbs/10_input_batch.ipynb #248362bb
+    def move_row(self, src: int, dst: int):
+        "Copy row `src` into row `dst` (used by `InputBatch.condense`)."
+        self._check_row(src); self._check_row(dst)
+        n = self.num_blocks_per_row[src]
+        self.block_table[dst, :n] = self.block_table[src, :n]
+        self.num_blocks_per_row[dst] = n
 
-# %% ../../nbs/10_input_batch.ipynb #3753f61c
-@patch
-def compute_slot_mapping(self: BlockTable, req_indices: np.ndarray,
-                         positions: np.ndarray) -> np.ndarray:
-    "Slot of each token: `block_table[req, pos // block_size] * block_size + pos % block_size`."
-    n = len(positions)
-    if n > self.max_num_batched_tokens:
-        raise ValueError(f"{n} tokens exceed max_num_batched_tokens={self.max_num_batched_tokens}")
-    block_idx = positions // self.block_size
-    if n and np.any(block_idx >= self.num_blocks_per_row[req_indices]):
-        raise ValueError("a position lies beyond the blocks its row holds")
-    block_numbers = self.block_table[req_indices, block_idx].astype(np.int64)
-    self.slot_mapping[:n] = block_numbers * self.block_size + positions % self.block_size
-    self.slot_mapping[n:] = -1
-    return self.slot_mapping[:n]
+    # %% ../../nbs/10_input_batch.ipynb #3753f61c
+    def compute_slot_mapping(self, req_indices: np.ndarray,
+                             positions: np.ndarray) -> np.ndarray:
+        "Slot of each token: `block_table[req, pos // block_size] * block_size + pos % block_size`."
+        n = len(positions)
+        if n > self.max_num_batched_tokens:
+            raise ValueError(f"{n} tokens exceed max_num_batched_tokens={self.max_num_batched_tokens}")
+        block_idx = positions // self.block_size
+        if n and np.any(block_idx >= self.num_blocks_per_row[req_indices]):
+            raise ValueError("a position lies beyond the blocks its row holds")
+        block_numbers = self.block_table[req_indices, block_idx].astype(np.int64)
+        self.slot_mapping[:n] = block_numbers * self.block_size + positions % self.block_size
+        self.slot_mapping[n:] = -1
+        return self.slot_mapping[:n]

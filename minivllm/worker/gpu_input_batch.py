@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from fastcore.basics import patch
 
 from ..sampling_params import SamplingParams
 from ..utils.torch_utils import to_device
@@ -88,119 +87,153 @@ class InputBatch:
         "Request ids in row order (dense after `condense`)."
         return list(self._req_ids)
 
-# %% ../../nbs/10_input_batch.ipynb #e53510c5
-@patch
-def add_request(self: InputBatch, state: CachedRequestState) -> int:
-    "Put `state` into the smallest free row and return that row."
-    if state.req_id in self.req_id_to_index:
-        raise ValueError(f"request {state.req_id!r} is already in the batch")
-    row = heapq.heappop(self._removed) if self._removed else len(self._req_ids)
-    if row >= self.max_num_reqs:
-        raise ValueError(f"batch is full: {self.max_num_reqs} rows")
-    n_prompt, n = len(state.prompt_token_ids), state.num_tokens
-    if n > self.max_model_len:
-        raise ValueError(
-            f"request {state.req_id!r} has {n} tokens > max_model_len={self.max_model_len}")
-    if row == len(self._req_ids): self._req_ids.append(state.req_id)
-    else: self._req_ids[row] = state.req_id
-    self.req_id_to_index[state.req_id] = row
-    self.token_ids_cpu[row, :n_prompt] = state.prompt_token_ids
-    self.token_ids_cpu[row, n_prompt:n] = state.output_token_ids
-    self.num_prompt_tokens[row], self.num_tokens_no_spec[row] = n_prompt, n
-    self.num_computed_tokens_cpu[row] = state.num_computed_tokens
-    self.block_table.add_row(state.block_ids, row)
-    self._set_sampling_row(row, state.sampling_params or SamplingParams(), state.generator)
-    if self.has_penalties(row): self._init_penalty_counts(row)
-    sp = state.sampling_params
-    if sp is not None and (sp.logit_bias or sp.allowed_token_ids or sp.bad_words_token_ids):
-        self.logits_processor_params[state.req_id] = sp
-    return row
+    # %% ../../nbs/10_input_batch.ipynb #e53510c5
+    def add_request(self, state: CachedRequestState) -> int:
+        "Put `state` into the smallest free row and return that row."
+        if state.req_id in self.req_id_to_index:
+            raise ValueError(f"request {state.req_id!r} is already in the batch")
+        row = heapq.heappop(self._removed) if self._removed else len(self._req_ids)
+        if row >= self.max_num_reqs:
+            raise ValueError(f"batch is full: {self.max_num_reqs} rows")
+        n_prompt, n = len(state.prompt_token_ids), state.num_tokens
+        if n > self.max_model_len:
+            raise ValueError(
+                f"request {state.req_id!r} has {n} tokens > max_model_len={self.max_model_len}")
+        if row == len(self._req_ids): self._req_ids.append(state.req_id)
+        else: self._req_ids[row] = state.req_id
+        self.req_id_to_index[state.req_id] = row
+        self.token_ids_cpu[row, :n_prompt] = state.prompt_token_ids
+        self.token_ids_cpu[row, n_prompt:n] = state.output_token_ids
+        self.num_prompt_tokens[row], self.num_tokens_no_spec[row] = n_prompt, n
+        self.num_computed_tokens_cpu[row] = state.num_computed_tokens
+        self.block_table.add_row(state.block_ids, row)
+        self._set_sampling_row(row, state.sampling_params or SamplingParams(), state.generator)
+        if self.has_penalties(row): self._init_penalty_counts(row)
+        sp = state.sampling_params
+        if sp is not None and (sp.logit_bias or sp.allowed_token_ids or sp.bad_words_token_ids):
+            self.logits_processor_params[state.req_id] = sp
+        return row
 
-@patch
-def _set_sampling_row(self: InputBatch, row: int, sp: SamplingParams,
-                      generator: torch.Generator | None):
-    "Copy one request's sampling parameters into row `row`."
-    self.temperature[row], self.top_p[row], self.top_k[row] = sp.temperature, sp.top_p, sp.top_k
-    self.min_p[row] = sp.min_p
-    self.presence_penalties[row] = sp.presence_penalty
-    self.frequency_penalties[row] = sp.frequency_penalty
-    self.repetition_penalties[row] = sp.repetition_penalty
-    self.min_tokens[row] = sp.min_tokens
-    self.num_logprobs[row] = -1 if sp.logprobs is None else sp.logprobs
-    stop = set(sp.stop_token_ids or ())
-    if self.eos_token_id is not None: stop.add(self.eos_token_id)
-    if sp.min_tokens > 0 and stop: self.min_tokens_stop_ids[row] = stop
-    if generator is not None: self.generators[row] = generator
+    # %% ../../nbs/10_input_batch.ipynb #e53510c5
+    def _set_sampling_row(self, row: int, sp: SamplingParams,
+                          generator: torch.Generator | None):
+        "Copy one request's sampling parameters into row `row`."
+        self.temperature[row], self.top_p[row], self.top_k[row] = sp.temperature, sp.top_p, sp.top_k
+        self.min_p[row] = sp.min_p
+        self.presence_penalties[row] = sp.presence_penalty
+        self.frequency_penalties[row] = sp.frequency_penalty
+        self.repetition_penalties[row] = sp.repetition_penalty
+        self.min_tokens[row] = sp.min_tokens
+        self.num_logprobs[row] = -1 if sp.logprobs is None else sp.logprobs
+        stop = set(sp.stop_token_ids or ())
+        if self.eos_token_id is not None: stop.add(self.eos_token_id)
+        if sp.min_tokens > 0 and stop: self.min_tokens_stop_ids[row] = stop
+        if generator is not None: self.generators[row] = generator
 
-@patch
-def has_penalties(self: InputBatch, row):
-    "True if row `row` uses a presence, frequency or repetition penalty (per row for an array)."
-    uses = ((self.presence_penalties[row] != 0) | (self.frequency_penalties[row] != 0)
-            | (self.repetition_penalties[row] != 1))
-    return bool(uses) if np.ndim(uses) == 0 else uses
+    # %% ../../nbs/10_input_batch.ipynb #e53510c5
+    def has_penalties(self, row):
+        "True if row `row` uses a presence, frequency or repetition penalty (per row for an array)."
+        uses = ((self.presence_penalties[row] != 0) | (self.frequency_penalties[row] != 0)
+                | (self.repetition_penalties[row] != 1))
+        return bool(uses) if np.ndim(uses) == 0 else uses
 
-@patch
-def _init_penalty_counts(self: InputBatch, row: int):
-    "Build row `row`'s prompt mask and output counts on the device, once."
-    if self.vocab_size is None:
-        raise ValueError("penalties need the vocabulary size: build InputBatch(..., vocab_size=V)")
-    if self.output_bin_counts is None:
-        shape = (self.max_num_reqs, self.vocab_size)
-        self.output_bin_counts = torch.zeros(shape, dtype=torch.int32, device=self.device)
-        self.prompt_token_mask = torch.zeros(shape, dtype=torch.bool, device=self.device)
-    n_prompt, n = int(self.num_prompt_tokens[row]), int(self.num_tokens_no_spec[row])
-    tokens = to_device(self.token_ids_cpu[row, :n], self.device, torch.int64)
-    self.prompt_token_mask[row] = False
-    self.prompt_token_mask[row, tokens[:n_prompt]] = True
-    self.output_bin_counts[row] = 0          # (no bincount: on CUDA it reads its input's max back)
-    outputs = tokens[n_prompt:]
-    self.output_bin_counts[row].index_put_((outputs,), torch.ones_like(outputs, dtype=torch.int32),
-                                           accumulate=True)
+    # %% ../../nbs/10_input_batch.ipynb #e53510c5
+    def _init_penalty_counts(self, row: int):
+        "Build row `row`'s prompt mask and output counts on the device, once."
+        if self.vocab_size is None:
+            raise ValueError("penalties need the vocabulary size: build InputBatch(..., vocab_size=V)")
+        if self.output_bin_counts is None:
+            shape = (self.max_num_reqs, self.vocab_size)
+            self.output_bin_counts = torch.zeros(shape, dtype=torch.int32, device=self.device)
+            self.prompt_token_mask = torch.zeros(shape, dtype=torch.bool, device=self.device)
+        n_prompt, n = int(self.num_prompt_tokens[row]), int(self.num_tokens_no_spec[row])
+        tokens = to_device(self.token_ids_cpu[row, :n], self.device, torch.int64)
+        self.prompt_token_mask[row] = False
+        self.prompt_token_mask[row, tokens[:n_prompt]] = True
+        self.output_bin_counts[row] = 0          # (no bincount: on CUDA it reads its input's max back)
+        outputs = tokens[n_prompt:]
+        self.output_bin_counts[row].index_put_((outputs,), torch.ones_like(outputs, dtype=torch.int32),
+                                               accumulate=True)
 
-# %% ../../nbs/10_input_batch.ipynb #83879b08
-@patch
-def remove_request(self: InputBatch, req_id: str) -> int | None:
-    "Free the row of `req_id` (leaving a hole) and return it; None if the request has no row."
-    row = self.req_id_to_index.pop(req_id, None)
-    if row is None: return None
-    self._req_ids[row] = None
-    heapq.heappush(self._removed, row)
-    self.generators.pop(row, None); self.min_tokens_stop_ids.pop(row, None)
-    self.block_table.num_blocks_per_row[row] = 0
-    return row
+    # %% ../../nbs/10_input_batch.ipynb #83879b08
+    def remove_request(self, req_id: str) -> int | None:
+        "Free the row of `req_id` (leaving a hole) and return it; None if the request has no row."
+        row = self.req_id_to_index.pop(req_id, None)
+        if row is None: return None
+        self._req_ids[row] = None
+        heapq.heappush(self._removed, row)
+        self.generators.pop(row, None); self.min_tokens_stop_ids.pop(row, None)
+        self.block_table.num_blocks_per_row[row] = 0
+        return row
 
-# %% ../../nbs/10_input_batch.ipynb #bc9c9b11
-@patch
-def _move_row(self: InputBatch, src: int, dst: int):
-    "Move every per-row field of row `src` to row `dst`."
-    req_id = self._req_ids[src]
-    n = self.num_tokens_no_spec[src]
-    self.token_ids_cpu[dst, :n] = self.token_ids_cpu[src, :n]
-    if self.has_penalties(src):           # device rows move with it (a copy on the device)
-        self.output_bin_counts[dst] = self.output_bin_counts[src]
-        self.prompt_token_mask[dst] = self.prompt_token_mask[src]
-    for a in (self.num_tokens_no_spec, self.num_prompt_tokens, self.num_computed_tokens_cpu,
-              self.temperature, self.top_p, self.top_k, self.min_p, self.presence_penalties,
-              self.frequency_penalties, self.repetition_penalties, self.min_tokens,
-              self.num_logprobs):
-        a[dst] = a[src]
-    self.block_table.move_row(src, dst)
-    for d in (self.generators, self.min_tokens_stop_ids):
-        if src in d: d[dst] = d.pop(src)
-    self._req_ids[dst], self._req_ids[src] = req_id, None
-    self.req_id_to_index[req_id] = dst
+    # %% ../../nbs/10_input_batch.ipynb #bc9c9b11
+    def _move_row(self, src: int, dst: int):
+        "Move every per-row field of row `src` to row `dst`."
+        req_id = self._req_ids[src]
+        n = self.num_tokens_no_spec[src]
+        self.token_ids_cpu[dst, :n] = self.token_ids_cpu[src, :n]
+        if self.has_penalties(src):           # device rows move with it (a copy on the device)
+            self.output_bin_counts[dst] = self.output_bin_counts[src]
+            self.prompt_token_mask[dst] = self.prompt_token_mask[src]
+        for a in (self.num_tokens_no_spec, self.num_prompt_tokens, self.num_computed_tokens_cpu,
+                  self.temperature, self.top_p, self.top_k, self.min_p, self.presence_penalties,
+                  self.frequency_penalties, self.repetition_penalties, self.min_tokens,
+                  self.num_logprobs):
+            a[dst] = a[src]
+        self.block_table.move_row(src, dst)
+        for d in (self.generators, self.min_tokens_stop_ids):
+            if src in d: d[dst] = d.pop(src)
+        self._req_ids[dst], self._req_ids[src] = req_id, None
+        self.req_id_to_index[req_id] = dst
 
-@patch
-def condense(self: InputBatch):
-    "Move the highest live rows into the holes so rows `0..num_reqs-1` are dense."
-    holes, self._removed = sorted(self._removed), []
-    last = len(self._req_ids) - 1
-    for hole in holes:
-        if hole >= self.num_reqs: break
-        while self._req_ids[last] is None: last -= 1
-        self._move_row(last, hole)
-        last -= 1
-    del self._req_ids[self.num_reqs:]
+    # %% ../../nbs/10_input_batch.ipynb #bc9c9b11
+    def condense(self):
+        "Move the highest live rows into the holes so rows `0..num_reqs-1` are dense."
+        holes, self._removed = sorted(self._removed), []
+        last = len(self._req_ids) - 1
+        for hole in holes:
+            if hole >= self.num_reqs: break
+            while self._req_ids[last] is None: last -= 1
+            self._move_row(last, hole)
+            last -= 1
+        del self._req_ids[self.num_reqs:]
+
+    # %% ../../nbs/10_input_batch.ipynb #f480245b
+    def append_token_ids(self, row: int, token_ids: list[int], count: bool = True):
+        "Append sampled `token_ids` to row `row`'s history (and, with `count`, its penalty counts)."
+        if not 0 <= row < len(self._req_ids) or self._req_ids[row] is None:
+            raise IndexError(f"row {row} holds no request")
+        start = int(self.num_tokens_no_spec[row])
+        end = start + len(token_ids)
+        if end > self.max_model_len:
+            raise ValueError(f"row {row} would hold {end} tokens > max_model_len={self.max_model_len}")
+        self.token_ids_cpu[row, start:end] = token_ids
+        self.num_tokens_no_spec[row] = end
+        if count and self.has_penalties(row): self.count_output_tokens([row] * len(token_ids),
+                                                                       token_ids)
+
+    # %% ../../nbs/10_input_batch.ipynb #f480245b
+    def count_output_tokens(self, rows: list[int], token_ids: list[int]):
+        "Add one to `output_bin_counts[row, token]` for each pair, in one device operation."
+        if len(rows) == 0: return
+        r, t = to_device(np.asarray(rows), self.device, torch.int64), to_device(
+            np.asarray(token_ids), self.device, torch.int64)
+        self.output_bin_counts.index_put_((r, t), torch.ones_like(r, dtype=torch.int32),
+                                          accumulate=True)
+
+    # %% ../../nbs/10_input_batch.ipynb #f480245b
+    def append_next_tokens(self, tokens: np.ndarray,
+                           discard_request_indices) -> tuple[np.ndarray, np.ndarray]:
+        "Write `tokens[row]` at the next position of every row not discarded; `(rows, positions)`."
+        keep = np.ones(len(tokens), dtype=bool)
+        keep[np.asarray(discard_request_indices, dtype=np.int64)] = False
+        rows = np.flatnonzero(keep)
+        ends = self.num_tokens_no_spec[rows].astype(np.int64)
+        if len(rows) and ends.max() >= self.max_model_len:
+            raise ValueError(f"a row would hold more than max_model_len={self.max_model_len} tokens")
+        self.token_ids_cpu[rows, ends] = tokens[rows]               # every row at once, in numpy
+        self.num_tokens_no_spec[rows] = ends + 1
+        return rows, ends
 
 # %% ../../nbs/10_input_batch.ipynb #4d7d0a10
 def update_states(requests: dict[str, CachedRequestState], input_batch: InputBatch,
@@ -310,43 +343,6 @@ def prepare_inputs(input_batch: InputBatch, num_scheduled_tokens: np.ndarray) ->
         discard_request_indices=np.flatnonzero(seq_lens < num_tokens))
 
 # %% ../../nbs/10_input_batch.ipynb #f480245b
-@patch
-def append_token_ids(self: InputBatch, row: int, token_ids: list[int], count: bool = True):
-    "Append sampled `token_ids` to row `row`'s history (and, with `count`, its penalty counts)."
-    if not 0 <= row < len(self._req_ids) or self._req_ids[row] is None:
-        raise IndexError(f"row {row} holds no request")
-    start = int(self.num_tokens_no_spec[row])
-    end = start + len(token_ids)
-    if end > self.max_model_len:
-        raise ValueError(f"row {row} would hold {end} tokens > max_model_len={self.max_model_len}")
-    self.token_ids_cpu[row, start:end] = token_ids
-    self.num_tokens_no_spec[row] = end
-    if count and self.has_penalties(row): self.count_output_tokens([row] * len(token_ids),
-                                                                   token_ids)
-
-@patch
-def count_output_tokens(self: InputBatch, rows: list[int], token_ids: list[int]):
-    "Add one to `output_bin_counts[row, token]` for each pair, in one device operation."
-    if len(rows) == 0: return
-    r, t = to_device(np.asarray(rows), self.device, torch.int64), to_device(
-        np.asarray(token_ids), self.device, torch.int64)
-    self.output_bin_counts.index_put_((r, t), torch.ones_like(r, dtype=torch.int32),
-                                      accumulate=True)
-
-@patch
-def append_next_tokens(self: InputBatch, tokens: np.ndarray,
-                       discard_request_indices) -> tuple[np.ndarray, np.ndarray]:
-    "Write `tokens[row]` at the next position of every row not discarded; `(rows, positions)`."
-    keep = np.ones(len(tokens), dtype=bool)
-    keep[np.asarray(discard_request_indices, dtype=np.int64)] = False
-    rows = np.flatnonzero(keep)
-    ends = self.num_tokens_no_spec[rows].astype(np.int64)
-    if len(rows) and ends.max() >= self.max_model_len:
-        raise ValueError(f"a row would hold more than max_model_len={self.max_model_len} tokens")
-    self.token_ids_cpu[rows, ends] = tokens[rows]               # every row at once, in numpy
-    self.num_tokens_no_spec[rows] = ends + 1
-    return rows, ends
-
 def bookkeeping_sync(requests: dict[str, CachedRequestState], input_batch: InputBatch,
                      sampled_token_ids, discard_request_indices) -> list[list[int]]:
     "Record each row's sampled token (none for partial prefills); return the per-row lists."

@@ -9,7 +9,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import NamedTuple
 import numpy as np
 import torch
-from fastcore.basics import patch
 from ..attention.backends.triton_attn import AttentionMetadata
 from .utils import to_attn_metadata
 from .gpu_input_batch import (CachedRequestState, InputBatch, BatchInputs,
@@ -48,44 +47,256 @@ class ModelRunner:
         self.device_stream = (ThreadPoolExecutor(1, thread_name_prefix="minivllm-device")
                               if async_scheduling else None)
 
-# %% ../../nbs/14_model_runner.ipynb #6b6c1254
-@patch
-def initialize_kv_cache(self: ModelRunner, num_blocks: int,
-                        block_size: int | None = None) -> list[torch.Tensor]:
-    "Allocate `[num_blocks, 2, block_size, num_kv_heads, head_dim]` per layer, bound to the model."
-    if not hasattr(self.model, "kv_cache_spec"): return self.kv_caches
-    block_size = block_size or self.block_size
-    if block_size != self.block_size:
-        raise ValueError(f"block_size {block_size} differs from the runner's {self.block_size}")
-    num_layers, num_kv_heads, head_dim, dtype = self.model.kv_cache_spec()
-    shape = (num_blocks, 2, block_size, num_kv_heads, head_dim)
-    if torch.device(self.device).type == "cpu":    # one block on huge pages (chapter 13)
-        from minivllm.model_executor.model_loader import huge_page_views
-        layer = torch.empty(shape, dtype=dtype, device="meta")
-        self.kv_caches = [t.zero_() for t in huge_page_views([layer] * num_layers)]
-    else:
-        self.kv_caches = [torch.zeros(shape, dtype=dtype, device=self.device)
-                          for _ in range(num_layers)]
-    self.model.bind_kv_caches(self.kv_caches)
-    return self.kv_caches
+    # %% ../../nbs/14_model_runner.ipynb #6b6c1254
+    def initialize_kv_cache(self, num_blocks: int,
+                            block_size: int | None = None) -> list[torch.Tensor]:
+        "Allocate `[num_blocks, 2, block_size, num_kv_heads, head_dim]` per layer, bound to the model."
+        if not hasattr(self.model, "kv_cache_spec"): return self.kv_caches
+        block_size = block_size or self.block_size
+        if block_size != self.block_size:
+            raise ValueError(f"block_size {block_size} differs from the runner's {self.block_size}")
+        num_layers, num_kv_heads, head_dim, dtype = self.model.kv_cache_spec()
+        shape = (num_blocks, 2, block_size, num_kv_heads, head_dim)
+        if torch.device(self.device).type == "cpu":    # one block on huge pages (chapter 13)
+            from minivllm.model_executor.model_loader import huge_page_views
+            layer = torch.empty(shape, dtype=dtype, device="meta")
+            self.kv_caches = [t.zero_() for t in huge_page_views([layer] * num_layers)]
+        else:
+            self.kv_caches = [torch.zeros(shape, dtype=dtype, device=self.device)
+                              for _ in range(num_layers)]
+        self.model.bind_kv_caches(self.kv_caches)
+        return self.kv_caches
 
-# %% ../../nbs/14_model_runner.ipynb #d21d2a3f
-@patch
-def _tensor(self: ModelRunner, a: np.ndarray, dtype=None) -> torch.Tensor:
-    "A numpy array as a tensor on the runner's device (pinned, non-blocking copy on CUDA)."
-    return to_device(a, self.device, dtype)
+    # %% ../../nbs/14_model_runner.ipynb #d21d2a3f
+    def _tensor(self, a: np.ndarray, dtype=None) -> torch.Tensor:
+        "A numpy array as a tensor on the runner's device (pinned, non-blocking copy on CUDA)."
+        return to_device(a, self.device, dtype)
 
-@patch
-def build_attn_metadata(self: ModelRunner, batch_inputs: BatchInputs) -> AttentionMetadata:
-    "Attention metadata (tensors on the device) for one step's flat inputs."
-    block_table = self.input_batch.block_table.block_table[:len(batch_inputs.seq_lens)]
-    return to_attn_metadata(
-        batch_inputs.query_start_loc,
-        batch_inputs.seq_lens,
-        block_table,
-        batch_inputs.slot_mapping,
-        self.device,
-    )
+    # %% ../../nbs/14_model_runner.ipynb #d21d2a3f
+    def build_attn_metadata(self, batch_inputs: BatchInputs) -> AttentionMetadata:
+        "Attention metadata (tensors on the device) for one step's flat inputs."
+        block_table = self.input_batch.block_table.block_table[:len(batch_inputs.seq_lens)]
+        return to_attn_metadata(
+            batch_inputs.query_start_loc,
+            batch_inputs.seq_lens,
+            block_table,
+            batch_inputs.slot_mapping,
+            self.device,
+        )
+
+    # %% ../../nbs/14_model_runner.ipynb #cb265666
+    def _prompt_logprobs_plan(self, batch_inputs: BatchInputs,
+                              num_scheduled: np.ndarray) -> list[PromptLogprobsRow]:
+        "A `PromptLogprobsRow` per row owing prompt logprobs, in row order."
+        input_batch, plan = self.input_batch, []
+        index = input_batch.req_id_to_index           # only the requests that owe them, in row order
+        for row, req_id, k in sorted((index[r], r, k) for r, k in self.num_prompt_logprobs.items()
+                                     if r in index):
+            start, n_prompt = int(input_batch.num_computed_tokens_cpu[row]), int(
+                input_batch.num_prompt_tokens[row]
+            )
+            # positions with a next prompt token
+            num_logits = min(int(num_scheduled[row]), n_prompt - 1 - start)
+            if start == 0: self.in_progress_prompt_logprobs[req_id] = LogprobsLists()  # (re)started
+            flat = int(batch_inputs.query_start_loc[row]) + np.arange(max(num_logits, 0))
+            targets = input_batch.token_ids_cpu[row, start + 1:start + 1 + max(num_logits, 0)]
+            completes = start + int(num_scheduled[row]) >= n_prompt
+            plan.append(PromptLogprobsRow(req_id, k, flat, targets, completes))
+        return plan
+
+    # %% ../../nbs/14_model_runner.ipynb #cb265666
+    def _compute_prompt_logprobs(self, hidden: torch.Tensor,
+                                 plan: list[PromptLogprobsRow]):
+        "Device `LogprobsTensors` pieces for every planned prompt position (None if there are none)."
+        flat = np.concatenate([p.hidden_rows for p in plan]) if plan else np.zeros(0, np.int64)
+        if len(flat) == 0: return None
+        targets = self._tensor(np.concatenate([p.targets for p in plan]), torch.int64)
+        flat_t, k = self._tensor(flat, torch.int64), max(p.num_logprobs for p in plan)
+        pieces = []
+        for s in range(0, len(flat), PROMPT_LOGPROBS_CHUNK):
+            logits = self.model.compute_logits(hidden[flat_t[s:s + PROMPT_LOGPROBS_CHUNK]]).float()
+            pieces.append(gather_logprobs(logits.log_softmax(-1), k,
+                                          targets[s:s + PROMPT_LOGPROBS_CHUNK]))
+        return [torch.cat([getattr(p, f) for p in pieces]) for f in
+                ("logprob_token_ids", "logprobs", "selected_token_ranks")]
+
+    # %% ../../nbs/14_model_runner.ipynb #820c13dc
+    def _deliver_prompt_logprobs(self, plan: list[PromptLogprobsRow],
+                                 host) -> dict[str, LogprobsLists]:
+        "Append this step's host rows to each request's rows; hand over those whose prompt completed."
+        done, offset = {}, 0
+        for req_id, k, flat, _, completes in plan:   # PromptLogprobsRow
+            rows = self.in_progress_prompt_logprobs[req_id]
+            for i in range(offset, offset + len(flat)):
+                rows.logprob_token_ids.append(host[0][i][:k + 1])
+                rows.logprobs.append(host[1][i][:k + 1])
+                rows.sampled_token_ranks.append(host[2][i])
+            offset += len(flat)
+            if completes:
+                done[req_id] = self.in_progress_prompt_logprobs.pop(req_id)
+                del self.num_prompt_logprobs[req_id]
+        return done
+
+    # %% ../../nbs/14_model_runner.ipynb #77811ff9
+    def _start_prompt_logprobs(self, scheduler_output):
+        "Track new requests that want prompt logprobs; forget finished ones."
+        for req_id in scheduler_output.finished_req_ids:
+            self.num_prompt_logprobs.pop(req_id,
+                                         None); self.in_progress_prompt_logprobs.pop(req_id, None)
+        for new in scheduler_output.scheduled_new_reqs:
+            k = new.sampling_params.prompt_logprobs if new.sampling_params is not None else None
+            if k is not None: self.num_prompt_logprobs[new.req_id] = k
+
+    # %% ../../nbs/14_model_runner.ipynb #77811ff9
+    def _prepare_step(self, scheduler_output) -> PreparedStep | None:
+        "The host half: apply the diffs, flatten the batch, copy the inputs (None: no tokens)."
+        update_states(self.requests, self.input_batch, scheduler_output, self.device)
+        self._start_prompt_logprobs(scheduler_output)
+        if scheduler_output.total_num_scheduled_tokens == 0: return None
+        input_batch, req_ids = self.input_batch, self.input_batch.req_ids
+        num_scheduled = np.fromiter(map(scheduler_output.num_scheduled_tokens.__getitem__, req_ids),
+                                    dtype=np.int64, count=len(req_ids))
+        batch_inputs = prepare_inputs(input_batch, num_scheduled)
+        plan = self._prompt_logprobs_plan(batch_inputs,
+                                          num_scheduled) if self.num_prompt_logprobs else []
+        discard = batch_inputs.discard_request_indices
+        return PreparedStep(req_ids, batch_inputs, self._tensor(batch_inputs.input_ids, torch.int64),
+                            self._tensor(batch_inputs.positions, torch.int64),
+                            self.build_attn_metadata(batch_inputs),
+                            self._tensor(batch_inputs.logits_indices),
+                            make_sampling_metadata(input_batch, discard, self.device), plan,
+                            input_batch.num_logprobs[:len(req_ids)].copy())
+
+    # %% ../../nbs/14_model_runner.ipynb #77811ff9
+    @torch.no_grad()
+    def _run_step(self, step: PreparedStep, fill=None) -> tuple[list, list]:
+        "The device half: model, last-token logits, sampling; `([sampled, *logprobs], prompt lp)`."
+        if fill is not None: fill.apply()              # async scheduling (below)
+        hidden = self.model(step.input_ids, step.positions, step.attn_metadata)
+        out = self.sampler(self.model.compute_logits(hidden[step.logits_indices]),
+                           step.sampling_metadata)
+        lt = out.logprobs_tensors
+        lp = [] if lt is None else [lt.logprob_token_ids, lt.logprobs, lt.selected_token_ranks]
+        return [out.sampled_token_ids, *lp], self._compute_prompt_logprobs(hidden, step.plan) or []
+
+    # %% ../../nbs/14_model_runner.ipynb #77811ff9
+    def _make_output(self, step: PreparedStep, sampled: list[list[int]],
+                     lp_host: list, prompt_lp_host: list) -> ModelRunnerOutput:
+        "The step's `ModelRunnerOutput`: tokens, logprobs rows (top k + 1 each), prompt logprobs."
+        logprobs = None
+        if lp_host:
+            ks = [int(k) if toks else -1 for k, toks in zip(step.num_logprobs, sampled)]
+            logprobs = LogprobsLists([r[:k + 1] for r, k in zip(lp_host[0], ks)],
+                                     [r[:k + 1] for r, k in zip(lp_host[1], ks)], lp_host[2])
+        prompt_logprobs = self._deliver_prompt_logprobs(step.plan, prompt_lp_host or [[], [], []])
+        return ModelRunnerOutput(step.req_ids, {r: i for i, r in enumerate(step.req_ids)}, sampled,
+                                 logprobs, prompt_logprobs)
+
+    # %% ../../nbs/14_model_runner.ipynb #77811ff9
+    @torch.no_grad()
+    def execute_model(self, scheduler_output):
+        "Run one step, return its `ModelRunnerOutput` (vLLM's; async scheduling: a step in flight)."
+        if self.async_scheduling: return self._execute_model_async(scheduler_output)
+        step = self._prepare_step(scheduler_output)
+        if step is None: return EMPTY_MODEL_RUNNER_OUTPUT
+        sampled_and_logprobs, prompt_lp = self._run_step(step)
+        host = to_host(sampled_and_logprobs + prompt_lp)          # the one sync
+        n = len(sampled_and_logprobs)
+        sampled = bookkeeping_sync(self.requests, self.input_batch, host[0],
+                                   step.batch_inputs.discard_request_indices)
+        return self._make_output(step, sampled, host[1:n], host[n:])
+
+    # %% ../../nbs/14_model_runner.ipynb #51f99700
+    def _append_placeholders(self, step: PreparedStep) -> Placeholders:
+        "A `-1` at the next position of every row that samples in `step` (vLLM's placeholders)."
+        rows, ends = self.input_batch.append_next_tokens(np.full(len(step.req_ids), -1),
+                                                         step.batch_inputs.discard_request_indices)
+        req_ids, output_index = [step.req_ids[r] for r in rows.tolist()], []
+        for req_id in req_ids:
+            tokens = self.requests[req_id].output_token_ids
+            output_index.append(len(tokens)); tokens.append(-1)
+        return Placeholders(req_ids, rows, ends, output_index)
+
+    # %% ../../nbs/14_model_runner.ipynb #51f99700
+    def _prev_token_fill(self, step: PreparedStep, prev) -> TokenFill | None:
+        "Where `step` reads a token that the step in flight, `prev`, samples (None: nowhere)."
+        ph, bi, index = prev.placeholders, step.batch_inputs, self.input_batch.req_id_to_index
+        rows = np.fromiter((index.get(r, -1) for r in ph.req_ids), np.int64, len(ph.req_ids))
+        offset = ph.positions - self.input_batch.num_computed_tokens_cpu[rows]
+        ok = (rows >= 0) & (offset >= 0) & (offset < np.diff(bi.query_start_loc)[rows])
+        if not ok.any(): return None
+        flat = bi.query_start_loc[rows[ok]] + offset[ok]
+        return TokenFill(step.input_ids, self._tensor(flat, torch.int64),
+                         self._tensor(ph.step_rows[ok], torch.int64), prev.device_work)
+
+    # %% ../../nbs/14_model_runner.ipynb #51f99700
+    def _fill_placeholders(self, ph: Placeholders, sampled: list) -> list[list[int]]:
+        "Write each sampled token where its placeholder is now; the step's per-row token lists."
+        input_batch, index = self.input_batch, self.input_batch.req_id_to_index
+        tokens = np.asarray(sampled, dtype=np.int64).reshape(-1).tolist()
+        valid, rows, counted = [[] for _ in tokens], [], []
+        for req_id, step_row, pos, i in zip(ph.req_ids, ph.step_rows.tolist(), ph.positions.tolist(),
+                                            ph.output_index):
+            token = tokens[step_row]
+            valid[step_row] = [token]
+            state, row = self.requests.get(req_id), index.get(req_id)
+            if state is not None and i < len(state.output_token_ids): state.output_token_ids[i] = token
+            if row is not None and pos < input_batch.num_tokens_no_spec[row]:
+                input_batch.token_ids_cpu[row, pos] = token
+                rows.append(row); counted.append(token)
+        rows = np.asarray(rows, dtype=np.int64)
+        pen = input_batch.has_penalties(rows)
+        input_batch.count_output_tokens(rows[pen], np.asarray(counted, dtype=np.int64)[pen])
+        return valid
+
+    # %% ../../nbs/14_model_runner.ipynb #73e0f217
+    def _run_step_async(self, out: AsyncGPUModelRunnerOutput):
+        "The device half; the next step's inputs, if queued; the copies: `(sampled, HostCopy, n)`."
+        sampled_and_logprobs, prompt_lp = self._run_step(out.step, out.fill)
+        next_fill = out.next_fill       # set on the host's thread, when it queued the next step
+        if next_fill is not None: next_fill.apply(sampled_and_logprobs[0])
+        return (sampled_and_logprobs[0], copy_to_host(sampled_and_logprobs + prompt_lp),
+                len(sampled_and_logprobs))
+
+    # %% ../../nbs/14_model_runner.ipynb #73e0f217
+    def _finish_step(self, out: AsyncGPUModelRunnerOutput) -> ModelRunnerOutput:
+        "The host's part after the device: one wait for the copies, the placeholders filled."
+        _, copy, n = out.device_work.result()
+        host = copy.tolist()
+        sampled = self._fill_placeholders(out.placeholders, host[0])
+        return self._make_output(out.step, sampled, host[1:n], host[n:])
+
+    # %% ../../nbs/14_model_runner.ipynb #3ebf9df7
+    def _reads_output_history(self, step: PreparedStep) -> bool:
+        "Whether the step's sampling reads output tokens (penalties, bad words) or prompt logprobs."
+        input_batch = self.input_batch
+        penalties = input_batch.has_penalties(np.arange(len(step.req_ids)))
+        return bool(step.plan) or bool(np.any(penalties)) or any(
+            sp.bad_words_token_ids for sp in input_batch.logits_processor_params.values())
+
+    # %% ../../nbs/14_model_runner.ipynb #3ebf9df7
+    def _execute_model_async(self, scheduler_output):
+        "Prepare here and queue the device half behind the step in flight (vLLM's async scheduling)."
+        if self.device.type == "cpu": free_openmp_pool()      # the device thread's pool is enough
+        prev = self.in_flight
+        if prev is not None and prev.prev is not None: prev.prev.get_output()  # one unknown step
+        if prev is not None and prev.needs_sync: prev.get_output()   # its tokens are read below
+        step = self._prepare_step(scheduler_output)
+        if step is None: return EMPTY_MODEL_RUNNER_OUTPUT
+        fill = None if prev is None or prev.done else self._prev_token_fill(step, prev)
+        placeholders = self._append_placeholders(step)
+        out = AsyncGPUModelRunnerOutput(self, step, placeholders, fill,
+                                        None if prev is None or prev.done else prev,
+                                        self._reads_output_history(step))
+        if fill is not None: prev.next_fill = fill    # the step in flight fills them if it still can
+        out.device_work = self.device_stream.submit(self._run_step_async, out)
+        self.in_flight = out
+        return out
+
+    # %% ../../nbs/14_model_runner.ipynb #3ebf9df7
+    def shutdown(self) -> None:
+        "Let the device half of the steps in flight finish and stop its thread."
+        if self.device_stream is not None: self.device_stream.shutdown(wait=True)
 
 # %% ../../nbs/14_model_runner.ipynb #cb265666
 # positions per compute_logits call: 512 x a 152k vocab x fp32 = 311 MB
@@ -98,60 +309,6 @@ class PromptLogprobsRow(NamedTuple):
     hidden_rows: np.ndarray   # rows of the step's hidden states with a next prompt token
     targets: np.ndarray       # those next prompt tokens
     completes: bool           # the prompt's last logprobs are in this step
-
-@patch
-def _prompt_logprobs_plan(self: ModelRunner, batch_inputs: BatchInputs,
-                          num_scheduled: np.ndarray) -> list[PromptLogprobsRow]:
-    "A `PromptLogprobsRow` per row owing prompt logprobs, in row order."
-    input_batch, plan = self.input_batch, []
-    index = input_batch.req_id_to_index           # only the requests that owe them, in row order
-    for row, req_id, k in sorted((index[r], r, k) for r, k in self.num_prompt_logprobs.items()
-                                 if r in index):
-        start, n_prompt = int(input_batch.num_computed_tokens_cpu[row]), int(
-            input_batch.num_prompt_tokens[row]
-        )
-        # positions with a next prompt token
-        num_logits = min(int(num_scheduled[row]), n_prompt - 1 - start)
-        if start == 0: self.in_progress_prompt_logprobs[req_id] = LogprobsLists()  # (re)started
-        flat = int(batch_inputs.query_start_loc[row]) + np.arange(max(num_logits, 0))
-        targets = input_batch.token_ids_cpu[row, start + 1:start + 1 + max(num_logits, 0)]
-        completes = start + int(num_scheduled[row]) >= n_prompt
-        plan.append(PromptLogprobsRow(req_id, k, flat, targets, completes))
-    return plan
-
-@patch
-def _compute_prompt_logprobs(self: ModelRunner, hidden: torch.Tensor,
-                             plan: list[PromptLogprobsRow]):
-    "Device `LogprobsTensors` pieces for every planned prompt position (None if there are none)."
-    flat = np.concatenate([p.hidden_rows for p in plan]) if plan else np.zeros(0, np.int64)
-    if len(flat) == 0: return None
-    targets = self._tensor(np.concatenate([p.targets for p in plan]), torch.int64)
-    flat_t, k = self._tensor(flat, torch.int64), max(p.num_logprobs for p in plan)
-    pieces = []
-    for s in range(0, len(flat), PROMPT_LOGPROBS_CHUNK):
-        logits = self.model.compute_logits(hidden[flat_t[s:s + PROMPT_LOGPROBS_CHUNK]]).float()
-        pieces.append(gather_logprobs(logits.log_softmax(-1), k,
-                                      targets[s:s + PROMPT_LOGPROBS_CHUNK]))
-    return [torch.cat([getattr(p, f) for p in pieces]) for f in
-            ("logprob_token_ids", "logprobs", "selected_token_ranks")]
-
-# %% ../../nbs/14_model_runner.ipynb #820c13dc
-@patch
-def _deliver_prompt_logprobs(self: ModelRunner, plan: list[PromptLogprobsRow],
-                             host) -> dict[str, LogprobsLists]:
-    "Append this step's host rows to each request's rows; hand over those whose prompt completed."
-    done, offset = {}, 0
-    for req_id, k, flat, _, completes in plan:   # PromptLogprobsRow
-        rows = self.in_progress_prompt_logprobs[req_id]
-        for i in range(offset, offset + len(flat)):
-            rows.logprob_token_ids.append(host[0][i][:k + 1])
-            rows.logprobs.append(host[1][i][:k + 1])
-            rows.sampled_token_ranks.append(host[2][i])
-        offset += len(flat)
-        if completes:
-            done[req_id] = self.in_progress_prompt_logprobs.pop(req_id)
-            del self.num_prompt_logprobs[req_id]
-    return done
 
 # %% ../../nbs/14_model_runner.ipynb #06bc64fa
 class HostCopy(NamedTuple):
@@ -178,16 +335,6 @@ def to_host(tensors: list[torch.Tensor]) -> list[list]:
     return copy_to_host(tensors).tolist()
 
 # %% ../../nbs/14_model_runner.ipynb #77811ff9
-@patch
-def _start_prompt_logprobs(self: ModelRunner, scheduler_output):
-    "Track new requests that want prompt logprobs; forget finished ones."
-    for req_id in scheduler_output.finished_req_ids:
-        self.num_prompt_logprobs.pop(req_id,
-                                     None); self.in_progress_prompt_logprobs.pop(req_id, None)
-    for new in scheduler_output.scheduled_new_reqs:
-        k = new.sampling_params.prompt_logprobs if new.sampling_params is not None else None
-        if k is not None: self.num_prompt_logprobs[new.req_id] = k
-
 class PreparedStep(NamedTuple):
     "One step's inputs, made on the host; the step owns them (the batch's arrays move on)."
     req_ids: list[str]                    # the step's rows, in order
@@ -199,66 +346,6 @@ class PreparedStep(NamedTuple):
     sampling_metadata: SamplingMetadata
     plan: list[PromptLogprobsRow]
     num_logprobs: np.ndarray              # per row: the top k asked for, -1 for none
-
-@patch
-def _prepare_step(self: ModelRunner, scheduler_output) -> PreparedStep | None:
-    "The host half: apply the diffs, flatten the batch, copy the inputs (None: no tokens)."
-    update_states(self.requests, self.input_batch, scheduler_output, self.device)
-    self._start_prompt_logprobs(scheduler_output)
-    if scheduler_output.total_num_scheduled_tokens == 0: return None
-    input_batch, req_ids = self.input_batch, self.input_batch.req_ids
-    num_scheduled = np.fromiter(map(scheduler_output.num_scheduled_tokens.__getitem__, req_ids),
-                                dtype=np.int64, count=len(req_ids))
-    batch_inputs = prepare_inputs(input_batch, num_scheduled)
-    plan = self._prompt_logprobs_plan(batch_inputs,
-                                      num_scheduled) if self.num_prompt_logprobs else []
-    discard = batch_inputs.discard_request_indices
-    return PreparedStep(req_ids, batch_inputs, self._tensor(batch_inputs.input_ids, torch.int64),
-                        self._tensor(batch_inputs.positions, torch.int64),
-                        self.build_attn_metadata(batch_inputs),
-                        self._tensor(batch_inputs.logits_indices),
-                        make_sampling_metadata(input_batch, discard, self.device), plan,
-                        input_batch.num_logprobs[:len(req_ids)].copy())
-
-@patch
-@torch.no_grad()
-def _run_step(self: ModelRunner, step: PreparedStep, fill=None) -> tuple[list, list]:
-    "The device half: model, last-token logits, sampling; `([sampled, *logprobs], prompt lp)`."
-    if fill is not None: fill.apply()              # async scheduling (below)
-    hidden = self.model(step.input_ids, step.positions, step.attn_metadata)
-    out = self.sampler(self.model.compute_logits(hidden[step.logits_indices]),
-                       step.sampling_metadata)
-    lt = out.logprobs_tensors
-    lp = [] if lt is None else [lt.logprob_token_ids, lt.logprobs, lt.selected_token_ranks]
-    return [out.sampled_token_ids, *lp], self._compute_prompt_logprobs(hidden, step.plan) or []
-
-@patch
-def _make_output(self: ModelRunner, step: PreparedStep, sampled: list[list[int]],
-                 lp_host: list, prompt_lp_host: list) -> ModelRunnerOutput:
-    "The step's `ModelRunnerOutput`: tokens, logprobs rows (top k + 1 each), prompt logprobs."
-    logprobs = None
-    if lp_host:
-        ks = [int(k) if toks else -1 for k, toks in zip(step.num_logprobs, sampled)]
-        logprobs = LogprobsLists([r[:k + 1] for r, k in zip(lp_host[0], ks)],
-                                 [r[:k + 1] for r, k in zip(lp_host[1], ks)], lp_host[2])
-    prompt_logprobs = self._deliver_prompt_logprobs(step.plan, prompt_lp_host or [[], [], []])
-    return ModelRunnerOutput(step.req_ids, {r: i for i, r in enumerate(step.req_ids)}, sampled,
-                             logprobs, prompt_logprobs)
-
-@patch
-@torch.no_grad()
-def execute_model(self: ModelRunner, scheduler_output):
-    "Run one step, return its `ModelRunnerOutput` (vLLM's; async scheduling: a step in flight)."
-    if self.async_scheduling: return self._execute_model_async(scheduler_output)
-    step = self._prepare_step(scheduler_output)
-    if step is None: return EMPTY_MODEL_RUNNER_OUTPUT
-    sampled_and_logprobs, prompt_lp = self._run_step(step)
-    host = to_host(sampled_and_logprobs + prompt_lp)          # the one sync
-    n = len(sampled_and_logprobs)
-    sampled = bookkeeping_sync(self.requests, self.input_batch, host[0],
-                               step.batch_inputs.discard_request_indices)
-    return self._make_output(step, sampled, host[1:n], host[n:])
-
 
 # %% ../../nbs/14_model_runner.ipynb #c7391f8b
 class Placeholders(NamedTuple):
@@ -281,50 +368,6 @@ class TokenFill:
         if prev_sampled is None: prev_sampled = self.prev_work.result()[0]   # it ran first
         self.input_ids.index_copy_(0, self.flat, prev_sampled.take(self.prev_rows))
         self.done = True
-
-# %% ../../nbs/14_model_runner.ipynb #51f99700
-@patch
-def _append_placeholders(self: ModelRunner, step: PreparedStep) -> Placeholders:
-    "A `-1` at the next position of every row that samples in `step` (vLLM's placeholders)."
-    rows, ends = self.input_batch.append_next_tokens(np.full(len(step.req_ids), -1),
-                                                     step.batch_inputs.discard_request_indices)
-    req_ids, output_index = [step.req_ids[r] for r in rows.tolist()], []
-    for req_id in req_ids:
-        tokens = self.requests[req_id].output_token_ids
-        output_index.append(len(tokens)); tokens.append(-1)
-    return Placeholders(req_ids, rows, ends, output_index)
-
-@patch
-def _prev_token_fill(self: ModelRunner, step: PreparedStep, prev) -> TokenFill | None:
-    "Where `step` reads a token that the step in flight, `prev`, samples (None: nowhere)."
-    ph, bi, index = prev.placeholders, step.batch_inputs, self.input_batch.req_id_to_index
-    rows = np.fromiter((index.get(r, -1) for r in ph.req_ids), np.int64, len(ph.req_ids))
-    offset = ph.positions - self.input_batch.num_computed_tokens_cpu[rows]
-    ok = (rows >= 0) & (offset >= 0) & (offset < np.diff(bi.query_start_loc)[rows])
-    if not ok.any(): return None
-    flat = bi.query_start_loc[rows[ok]] + offset[ok]
-    return TokenFill(step.input_ids, self._tensor(flat, torch.int64),
-                     self._tensor(ph.step_rows[ok], torch.int64), prev.device_work)
-
-@patch
-def _fill_placeholders(self: ModelRunner, ph: Placeholders, sampled: list) -> list[list[int]]:
-    "Write each sampled token where its placeholder is now; the step's per-row token lists."
-    input_batch, index = self.input_batch, self.input_batch.req_id_to_index
-    tokens = np.asarray(sampled, dtype=np.int64).reshape(-1).tolist()
-    valid, rows, counted = [[] for _ in tokens], [], []
-    for req_id, step_row, pos, i in zip(ph.req_ids, ph.step_rows.tolist(), ph.positions.tolist(),
-                                        ph.output_index):
-        token = tokens[step_row]
-        valid[step_row] = [token]
-        state, row = self.requests.get(req_id), index.get(req_id)
-        if state is not None and i < len(state.output_token_ids): state.output_token_ids[i] = token
-        if row is not None and pos < input_batch.num_tokens_no_spec[row]:
-            input_batch.token_ids_cpu[row, pos] = token
-            rows.append(row); counted.append(token)
-    rows = np.asarray(rows, dtype=np.int64)
-    pen = input_batch.has_penalties(rows)
-    input_batch.count_output_tokens(rows[pen], np.asarray(counted, dtype=np.int64)[pen])
-    return valid
 
 # %% ../../nbs/14_model_runner.ipynb #73e0f217
 class AsyncGPUModelRunnerOutput(AsyncModelRunnerOutput):
@@ -352,23 +395,6 @@ class AsyncGPUModelRunnerOutput(AsyncModelRunnerOutput):
         if self.error is not None: raise self.error
         return self.output
 
-@patch
-def _run_step_async(self: ModelRunner, out: AsyncGPUModelRunnerOutput):
-    "The device half; the next step's inputs, if queued; the copies: `(sampled, HostCopy, n)`."
-    sampled_and_logprobs, prompt_lp = self._run_step(out.step, out.fill)
-    next_fill = out.next_fill       # set on the host's thread, when it queued the next step
-    if next_fill is not None: next_fill.apply(sampled_and_logprobs[0])
-    return (sampled_and_logprobs[0], copy_to_host(sampled_and_logprobs + prompt_lp),
-            len(sampled_and_logprobs))
-
-@patch
-def _finish_step(self: ModelRunner, out: AsyncGPUModelRunnerOutput) -> ModelRunnerOutput:
-    "The host's part after the device: one wait for the copies, the placeholders filled."
-    _, copy, n = out.device_work.result()
-    host = copy.tolist()
-    sampled = self._fill_placeholders(out.placeholders, host[0])
-    return self._make_output(out.step, sampled, host[1:n], host[n:])
-
 # %% ../../nbs/14_model_runner.ipynb #407afc32
 @functools.cache
 def _libgomp():
@@ -380,36 +406,3 @@ def free_openmp_pool() -> None:
     "Let this thread's OpenMP worker threads go (it makes a new pool if it needs one)."
     gomp = _libgomp()
     if gomp is not None: gomp.omp_pause_resource_all(2)     # omp_pause_hard: this thread's pool
-
-# %% ../../nbs/14_model_runner.ipynb #3ebf9df7
-@patch
-def _reads_output_history(self: ModelRunner, step: PreparedStep) -> bool:
-    "Whether the step's sampling reads output tokens (penalties, bad words) or prompt logprobs."
-    input_batch = self.input_batch
-    penalties = input_batch.has_penalties(np.arange(len(step.req_ids)))
-    return bool(step.plan) or bool(np.any(penalties)) or any(
-        sp.bad_words_token_ids for sp in input_batch.logits_processor_params.values())
-
-@patch
-def _execute_model_async(self: ModelRunner, scheduler_output):
-    "Prepare here and queue the device half behind the step in flight (vLLM's async scheduling)."
-    if self.device.type == "cpu": free_openmp_pool()      # the device thread's pool is enough
-    prev = self.in_flight
-    if prev is not None and prev.prev is not None: prev.prev.get_output()  # one unknown step
-    if prev is not None and prev.needs_sync: prev.get_output()   # its tokens are read below
-    step = self._prepare_step(scheduler_output)
-    if step is None: return EMPTY_MODEL_RUNNER_OUTPUT
-    fill = None if prev is None or prev.done else self._prev_token_fill(step, prev)
-    placeholders = self._append_placeholders(step)
-    out = AsyncGPUModelRunnerOutput(self, step, placeholders, fill,
-                                    None if prev is None or prev.done else prev,
-                                    self._reads_output_history(step))
-    if fill is not None: prev.next_fill = fill    # the step in flight fills them if it still can
-    out.device_work = self.device_stream.submit(self._run_step_async, out)
-    self.in_flight = out
-    return out
-
-@patch
-def shutdown(self: ModelRunner) -> None:
-    "Let the device half of the steps in flight finish and stop its thread."
-    if self.device_stream is not None: self.device_stream.shutdown(wait=True)

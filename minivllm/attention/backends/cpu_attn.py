@@ -520,6 +520,18 @@ class CPUAttentionBackend(TorchAttentionBackend):
         return _cpu_attention(query, kv_cache, attn_metadata, scale, torch.empty_like(query))
     def __repr__(self): return "CPUAttentionBackend()"
 
+    # %% ../../../nbs/12_paged_attention.ipynb #a7c0de03
+    def publish(self, attn_metadata):
+        "Pointers to the step's metadata for `cpu_layer_attention` (C++); None, another layout: none."
+        if not hasattr(torch.ops.minivllm, "cpu_layer_attention"): return   # not asked for: no reader
+        lib = cpu_attn_op_library()
+        if lib is None: return
+        m, none = attn_metadata, (None, None, None, 0, 0, None, 0)
+        if m is None or not cpu_metadata_supported(m): return lib.cpu_attn_publish(*none)
+        lib.cpu_attn_publish(m.query_start_loc.data_ptr(), m.seq_lens.data_ptr(),
+                             m.block_table.data_ptr(), m.block_table.stride(0), m.seq_lens.shape[0],
+                             m.slot_mapping.data_ptr(), m.slot_mapping.shape[0])
+
 # %% ../../../nbs/12_paged_attention.ipynb #a7c0de02
 CPU_ATTN_OP_SOURCE = r"""
 // The kernels above as one torch op, `minivllm::cpu_layer_attention`, which compiled graphs call
@@ -589,8 +601,6 @@ TORCH_LIBRARY_IMPL(minivllm, CPU, m) { m.impl("cpu_layer_attention", &cpu_layer_
 """
 
 # %% ../../../nbs/12_paged_attention.ipynb #a7c0de03
-from fastcore.basics import patch
-
 _op_library = torch.library.Library("minivllm", "FRAGMENT")    # the op's schema, from Python
 CPU_ATTN_OP_ARGTYPES = {"cpu_attn_publish": [_ptr, _ptr, _ptr, _i64, _i64, _ptr, _i64]}
 
@@ -615,15 +625,3 @@ def cpu_attn_op_library():
     source = f"// torch {torch.__version__}\n{CPU_VEC_SOURCE}{CPU_ATTN_SOURCE}{CPU_ATTN_OP_SOURCE}"
     return build_cpu_library("cpu_attn_op", source, CPU_ATTN_OP_ARGTYPES,
                              "compiled one-token steps attend through Python", torch_cpp_flags())
-
-@patch
-def publish(self: CPUAttentionBackend, attn_metadata):
-    "Pointers to the step's metadata for `cpu_layer_attention` (C++); None, another layout: none."
-    if not hasattr(torch.ops.minivllm, "cpu_layer_attention"): return   # not asked for: no reader
-    lib = cpu_attn_op_library()
-    if lib is None: return
-    m, none = attn_metadata, (None, None, None, 0, 0, None, 0)
-    if m is None or not cpu_metadata_supported(m): return lib.cpu_attn_publish(*none)
-    lib.cpu_attn_publish(m.query_start_loc.data_ptr(), m.seq_lens.data_ptr(),
-                         m.block_table.data_ptr(), m.block_table.stride(0), m.seq_lens.shape[0],
-                         m.slot_mapping.data_ptr(), m.slot_mapping.shape[0])

@@ -5,7 +5,6 @@
 # %% ../../../nbs/06_async_scheduler.ipynb #f719b2d4
 from __future__ import annotations
 from collections import deque
-from fastcore.basics import patch
 from ...request import Request
 from minivllm.core.sched.output import (CachedRequestData, SchedulerOutput, ModelRunnerOutput,
     EngineCoreOutputs)
@@ -38,41 +37,40 @@ class AsyncScheduler(Scheduler):
                 continue                  # a prefill chunk: this step samples nothing
             request.num_output_placeholders += 1
 
-# %% ../../../nbs/06_async_scheduler.ipynb #17283c31
-@patch
-def _make_cached_request_data(self: AsyncScheduler, plan: _StepPlan) -> CachedRequestData:
-    "Chapter 04's diffs, with `num_output_tokens` counting the tokens in flight (vLLM)."
-    cached = Scheduler._make_cached_request_data(self, plan)
-    cached.num_output_tokens = [n + self.requests[rid].num_output_placeholders
-                                for rid, n in zip(cached.req_ids, cached.num_output_tokens)]
-    return cached
+    # %% ../../../nbs/06_async_scheduler.ipynb #17283c31
+    def _make_cached_request_data(self, plan: _StepPlan) -> CachedRequestData:
+        "Chapter 04's diffs, with `num_output_tokens` counting the tokens in flight (vLLM)."
+        cached = Scheduler._make_cached_request_data(self, plan)
+        cached.num_output_tokens = [n + self.requests[rid].num_output_placeholders
+                                    for rid, n in zip(cached.req_ids, cached.num_output_tokens)]
+        return cached
+
+    # %% ../../../nbs/06_async_scheduler.ipynb #9b69118d
+    def _free_request_blocks(self, request: Request) -> None:
+        "Free now if no step in flight reads the blocks (or frees are not deferred), else later."
+        if not self.defer_block_free or request.last_sched_seq <= self.processed_step_seq:
+            return self.kv_cache_manager.free(request)
+        blocks = pop_blocks_for_free(self.kv_cache_manager, request)
+        if blocks: self.deferred_frees.append((self.sched_step_seq, blocks))
+
+    # %% ../../../nbs/06_async_scheduler.ipynb #9b69118d
+    def _drain_deferred_frees(self) -> None:
+        "Return the blocks whose fence step has been processed, tail blocks first (vLLM)."
+        while self.deferred_frees and self.deferred_frees[0][0] <= self.processed_step_seq:
+            _, blocks = self.deferred_frees.popleft()
+            self.kv_cache_manager.block_pool.free_blocks(reversed(blocks))
+
+    # %% ../../../nbs/06_async_scheduler.ipynb #9b69118d
+    def update_from_output(self, scheduler_output: SchedulerOutput,
+                           model_runner_output: ModelRunnerOutput) -> EngineCoreOutputs:
+        "The step is done: release the blocks it fenced, then chapter 04's update."
+        if self.defer_block_free and scheduler_output.total_num_scheduled_tokens > 0:
+            self.processed_step_seq += 1
+            self._drain_deferred_frees()
+        return Scheduler.update_from_output(self, scheduler_output, model_runner_output)
 
 # %% ../../../nbs/06_async_scheduler.ipynb #9b69118d
 def pop_blocks_for_free(kv_cache_manager, request: Request) -> list:
     "Forget `request`'s blocks without returning them to the pool (vLLM's `pop_blocks_for_free`)."
     kv_cache_manager.num_cached_block.pop(request.request_id, None)
     return kv_cache_manager.req_to_blocks.pop(request.request_id, [])
-
-@patch
-def _free_request_blocks(self: AsyncScheduler, request: Request) -> None:
-    "Free now if no step in flight reads the blocks (or frees are not deferred), else later."
-    if not self.defer_block_free or request.last_sched_seq <= self.processed_step_seq:
-        return self.kv_cache_manager.free(request)
-    blocks = pop_blocks_for_free(self.kv_cache_manager, request)
-    if blocks: self.deferred_frees.append((self.sched_step_seq, blocks))
-
-@patch
-def _drain_deferred_frees(self: AsyncScheduler) -> None:
-    "Return the blocks whose fence step has been processed, tail blocks first (vLLM)."
-    while self.deferred_frees and self.deferred_frees[0][0] <= self.processed_step_seq:
-        _, blocks = self.deferred_frees.popleft()
-        self.kv_cache_manager.block_pool.free_blocks(reversed(blocks))
-
-@patch
-def update_from_output(self: AsyncScheduler, scheduler_output: SchedulerOutput,
-                       model_runner_output: ModelRunnerOutput) -> EngineCoreOutputs:
-    "The step is done: release the blocks it fenced, then chapter 04's update."
-    if self.defer_block_free and scheduler_output.total_num_scheduled_tokens > 0:
-        self.processed_step_seq += 1
-        self._drain_deferred_frees()
-    return Scheduler.update_from_output(self, scheduler_output, model_runner_output)

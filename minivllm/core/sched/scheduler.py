@@ -6,7 +6,6 @@
 from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from fastcore.basics import patch
 from ...request import Request, RequestStatus
 from minivllm.core.sched.output import (NewRequestData, CachedRequestData, SchedulerOutput,
     ModelRunnerOutput)
@@ -70,15 +69,281 @@ class Scheduler:
         self.waiting.add_request(request)
         self.requests[request.request_id] = request
 
-# %% ../../../nbs/04_scheduler.ipynb #a225e4cc
-@patch
-def _num_new_tokens(self: Scheduler, request: Request, num_new_tokens: int,
-                    token_budget: int) -> int:
-    "Clamp a debt by the long-prefill threshold, the remaining budget and `max_model_len`."
-    threshold = self.scheduler_config.long_prefill_token_threshold
-    if 0 < threshold < num_new_tokens: num_new_tokens = threshold
-    num_new_tokens = min(num_new_tokens, token_budget)
-    return min(num_new_tokens, self.max_model_len - 1 - request.num_computed_tokens)
+    # %% ../../../nbs/04_scheduler.ipynb #a225e4cc
+    def _num_new_tokens(self, request: Request, num_new_tokens: int,
+                        token_budget: int) -> int:
+        "Clamp a debt by the long-prefill threshold, the remaining budget and `max_model_len`."
+        threshold = self.scheduler_config.long_prefill_token_threshold
+        if 0 < threshold < num_new_tokens: num_new_tokens = threshold
+        num_new_tokens = min(num_new_tokens, token_budget)
+        return min(num_new_tokens, self.max_model_len - 1 - request.num_computed_tokens)
+
+    # %% ../../../nbs/04_scheduler.ipynb #48bb80ae
+    def _pick_victim(self) -> Request:
+        "Pop a victim: FCFS the tail of `running`, priority the max (priority, arrival)."
+        if self.policy == "priority":
+            victim = max(self.running, key=lambda r: (r.priority, r.arrival_time))
+            self.running.remove(victim)
+            return victim
+        return self.running.pop()
+
+    # %% ../../../nbs/04_scheduler.ipynb #48bb80ae
+    def _free_request_blocks(self, request: Request) -> None:
+        "Return `request`'s blocks to the pool (chapter 06's `AsyncScheduler` may delay it)."
+        self.kv_cache_manager.free(request)
+
+    # %% ../../../nbs/04_scheduler.ipynb #48bb80ae
+    def _preempt_request(self, request: Request) -> None:
+        "Free `request`'s blocks, reset its progress and put it back at the front of `waiting`."
+        assert request.status == RequestStatus.RUNNING, \
+            f"only running requests are preempted: {request}"
+        self._free_request_blocks(request)
+        request.status = RequestStatus.PREEMPTED
+        request.num_computed_tokens = 0
+        request.num_output_placeholders = 0   # async: a token still in flight arrives as stale output
+        request.spec_token_ids.clear()
+        request.num_preemptions += 1
+        self.waiting.prepend_request(request)
+
+    # %% ../../../nbs/04_scheduler.ipynb #857661b4
+    def _allocate_or_preempt(self, request: Request, num_new_tokens: int, plan: _StepPlan,
+                             req_index: int) -> tuple[KVCacheBlocks | None, int]:
+        "`allocate_slots`, preempting until it succeeds; `(None, req_index)` if it preempted itself."
+        while (new_blocks := self.kv_cache_manager.allocate_slots(request, num_new_tokens)) is None:
+            victim = self._pick_victim()
+            # priority only: already granted this step
+            if victim.request_id in plan.num_scheduled_tokens:
+                plan.undo(victim)
+                req_index -= 1
+            self._preempt_request(victim)
+            plan.preempted_reqs.append(victim)
+            if victim is request: return None, req_index
+        return new_blocks, req_index
+
+    # %% ../../../nbs/04_scheduler.ipynb #857661b4
+    def _schedule_running(self, plan: _StepPlan) -> None:
+        "Give every running request its clamped debt, in `running` order, while budget and KV allow."
+        req_index = 0
+        while req_index < len(self.running) and plan.token_budget > 0:
+            request = self.running[req_index]
+            if (request.num_output_placeholders > 0 and request.max_tokens is not None
+                    and request.num_computed_tokens + 2 - request.num_output_placeholders
+                    >= request.num_prompt_tokens + request.max_tokens):
+                req_index += 1   # async: the step in flight already samples its last token (vLLM)
+                continue
+            debt = (request.num_tokens_with_spec + request.num_output_placeholders
+                    - request.num_computed_tokens)
+            num_new_tokens = self._num_new_tokens(request, debt, plan.token_budget)
+            if num_new_tokens == 0:  # nothing to do now: skip it, do not stop
+                req_index += 1
+                continue
+            new_blocks, req_index = self._allocate_or_preempt(request, num_new_tokens, plan, req_index)
+            if new_blocks is None: break
+            plan.scheduled_running_reqs.append(request)
+            plan.grant(request, new_blocks, num_new_tokens)
+            req_index += 1
+
+    # %% ../../../nbs/04_scheduler.ipynb #6cd7d3c8
+    def _admit(self, request: Request, num_new_tokens: int, num_computed_tokens: int,
+               plan: _StepPlan) -> None:
+        "Move the head of `waiting` to `running` with its grant; classify it as new or resumed."
+        self.waiting.pop_request()
+        self.running.append(request)
+        if request.status == RequestStatus.WAITING: plan.scheduled_new_reqs.append(request)
+        elif request.status == RequestStatus.PREEMPTED: plan.scheduled_resumed_reqs.append(request)
+        else: raise RuntimeError(f"invalid status of a waiting request: {request}")
+        plan.grant(request, self.kv_cache_manager.get_blocks(request.request_id), num_new_tokens)
+        request.status = RequestStatus.RUNNING
+        request.num_computed_tokens = num_computed_tokens
+        if request.num_cached_tokens < 0: request.num_cached_tokens = num_computed_tokens
+
+    # %% ../../../nbs/04_scheduler.ipynb #6cd7d3c8
+    def _schedule_waiting(self, plan: _StepPlan) -> None:
+        "Admit waiting requests in queue order while budget, request slots and KV blocks allow."
+        while self.waiting and plan.token_budget > 0:
+            if len(self.running) == self.max_num_running_reqs: break
+            request = self.waiting.peek_request()
+            assert request.num_computed_tokens == 0, "waiting requests start from 0 (no KV connector)"
+            kvm = self.kv_cache_manager
+            if request.skip_reading_prefix_cache:   # prompt logprobs need every position's logits
+                new_computed_blocks, num_computed_tokens = kvm.empty_kv_cache_blocks, 0
+            else:
+                new_computed_blocks, num_computed_tokens = kvm.get_computed_blocks(request)
+            num_new_tokens = request.num_tokens - num_computed_tokens
+            threshold = self.scheduler_config.long_prefill_token_threshold
+            if 0 < threshold < num_new_tokens: num_new_tokens = threshold
+            if not self.scheduler_config.enable_chunked_prefill and num_new_tokens > plan.token_budget:
+                break
+            num_new_tokens = min(num_new_tokens, plan.token_budget)
+            new_blocks = self.kv_cache_manager.allocate_slots(request, num_new_tokens,
+                                                              num_computed_tokens,
+                                                              new_computed_blocks)
+            if new_blocks is None: break
+            if not request.skip_reading_prefix_cache:
+                self.kv_cache_manager.record_prefix_cache_stats(request, num_computed_tokens)
+            self._admit(request, num_new_tokens, num_computed_tokens, plan)
+
+    # %% ../../../nbs/04_scheduler.ipynb #6584a7d6
+    def _make_cached_request_data(self, plan: _StepPlan) -> CachedRequestData:
+        "Per-request diffs for running (append new blocks) then resumed (replace all blocks) requests."
+        cached = CachedRequestData()
+        for req in plan.scheduled_running_reqs:
+            cached.add(req, plan.req_to_new_blocks[req.request_id].get_block_ids(allow_none=True))
+            if req.request_id not in self.prev_step_scheduled_req_ids:
+                cached.all_token_ids[req.request_id] = list(req.all_token_ids)
+        for req in plan.scheduled_resumed_reqs:
+            cached.add(req, plan.req_to_new_blocks[req.request_id].get_block_ids(), resumed=True)
+        return cached
+
+    # %% ../../../nbs/04_scheduler.ipynb #6584a7d6
+    def _get_new_block_ids_to_zero(self) -> list[int] | None:
+        "This step's fresh blocks, if the cache needs them zeroed (drained every step either way)."
+        fresh = self.kv_cache_manager.take_new_block_ids()
+        return (fresh or None) if self.cache_config.needs_kv_cache_zeroing else None
+
+    # %% ../../../nbs/04_scheduler.ipynb #6584a7d6
+    def _make_output(self, plan: _StepPlan) -> SchedulerOutput:
+        "Package a finished plan as a `SchedulerOutput` (counters are still the pre-step snapshots)."
+        total = sum(plan.num_scheduled_tokens.values())
+        assert total <= self.max_num_scheduled_tokens and plan.token_budget >= 0
+        assert len(self.running) <= self.max_num_running_reqs
+        blocks = plan.req_to_new_blocks
+        new_reqs_data = [NewRequestData.from_request(r, blocks[r.request_id].get_block_ids())
+                         for r in plan.scheduled_new_reqs]
+        out = SchedulerOutput(scheduled_new_reqs=new_reqs_data,
+                              scheduled_cached_reqs=self._make_cached_request_data(plan),
+                              num_scheduled_tokens=plan.num_scheduled_tokens,
+                              total_num_scheduled_tokens=total,
+                              finished_req_ids=self.finished_req_ids,
+                              preempted_req_ids={r.request_id for r in plan.preempted_reqs},
+                              new_block_ids_to_zero=self._get_new_block_ids_to_zero())
+        self.prev_step_scheduled_req_ids = set(plan.num_scheduled_tokens)
+        return out
+
+    # %% ../../../nbs/04_scheduler.ipynb #6584a7d6
+    def _update_after_schedule(self, scheduler_output: SchedulerOutput) -> None:
+        "Optimistically advance `num_computed_tokens`; hand `finished_req_ids` over, start a fresh set."
+        for req_id, n in scheduler_output.num_scheduled_tokens.items():
+            self.requests[req_id].num_computed_tokens += n
+        self.finished_req_ids = set()
+
+    # %% ../../../nbs/04_scheduler.ipynb #2eff059c
+    def schedule(self) -> SchedulerOutput:
+        "One scheduling decision: running requests first, then (if nothing was preempted) waiting ones."
+        plan = _StepPlan(token_budget=self.max_num_scheduled_tokens)
+        self._schedule_running(plan)
+        if not plan.preempted_reqs: self._schedule_waiting(plan)
+        scheduler_output = self._make_output(plan)
+        self._update_after_schedule(scheduler_output)
+        return scheduler_output
+
+    # %% ../../../nbs/04_scheduler.ipynb #016962d7
+    def _free_request(self, request: Request) -> None:
+        "Forget a finished request: its id goes to the worker next step, its blocks back to the pool."
+        assert request.is_finished()
+        self.finished_req_ids.add(request.request_id)
+        self._free_request_blocks(request)
+        del self.requests[request.request_id]
+
+    # %% ../../../nbs/04_scheduler.ipynb #016962d7
+    def _update_request_with_output(self, request: Request,
+                                    new_token_ids: list[int]) -> tuple[list[int], bool]:
+        "Append tokens one at a time, stopping (and trimming) at the first stop condition."
+        if request.num_output_placeholders > 0:   # async: these tokens are no longer in flight
+            request.num_output_placeholders -= len(new_token_ids)
+            assert request.num_output_placeholders >= 0
+        for num_new, token_id in enumerate(new_token_ids, 1):
+            request.append_output_token_ids(token_id)
+            if check_stop(request, self.max_model_len): return new_token_ids[:num_new], True
+        return new_token_ids, False
+
+    # %% ../../../nbs/04_scheduler.ipynb #b31ba225
+    def _request_output(self, request: Request, token_ids: list[int], mro: ModelRunnerOutput,
+                        stopped: set[Request],
+                        stopped_preempted: set[Request]) -> EngineCoreOutput | None:
+        "Apply one request's sampled tokens; its `EngineCoreOutput`, or None for a partial prefill."
+        status_before = request.status
+        new_token_ids, is_stopped = ([], False) if not token_ids else \
+            self._update_request_with_output(request, token_ids)
+        if is_stopped:
+            self._free_request(request)
+            (stopped if status_before == RequestStatus.RUNNING else stopped_preempted).add(request)
+        if not new_token_ids and not is_stopped: return None
+        sp, i = request.sampling_params, mro.req_id_to_index.get(request.request_id)
+        logprobs = (mro.logprobs.slice(i, i + len(new_token_ids))   # one row per kept token
+                    if sp.logprobs is not None and mro.logprobs is not None and new_token_ids else None)
+        prompt_logprobs = (mro.prompt_logprobs_dict.get(request.request_id)
+                           if sp.prompt_logprobs is not None else None)
+        return EngineCoreOutput(request.request_id, new_token_ids, request.get_finished_reason(),
+                                request.stop_reason, max(request.num_cached_tokens, 0), logprobs,
+                                prompt_logprobs)
+
+    # %% ../../../nbs/04_scheduler.ipynb #b31ba225
+    def update_from_output(self, scheduler_output: SchedulerOutput,
+                           model_runner_output: ModelRunnerOutput) -> EngineCoreOutputs:
+        "Append sampled tokens, check stops, free finished requests; an `EngineCoreOutput` per request."
+        outputs, stopped, stopped_preempted = [], set(), set()
+        mro = model_runner_output
+        for req_id in scheduler_output.num_scheduled_tokens:
+            request = self.requests.get(req_id)
+            if request is None or request.is_finished(): continue  # aborted while the step ran
+            idx = mro.req_id_to_index.get(req_id)
+            has_tokens = idx is not None and mro.sampled_token_ids
+            token_ids = list(mro.sampled_token_ids[idx]) if has_tokens else []
+            out = self._request_output(request, token_ids, mro, stopped, stopped_preempted)
+            if out is not None: outputs.append(out)
+        if stopped: self.running = [r for r in self.running if r not in stopped]
+        if stopped_preempted: self.waiting.remove_requests(stopped_preempted)
+        return EngineCoreOutputs(outputs=outputs, scheduler_stats=self.make_stats())
+
+    # %% ../../../nbs/04_scheduler.ipynb #a1e306da
+    def finish_requests(self, request_ids: str | Iterable[str] | None,
+                        finished_status: RequestStatus) -> list[str]:
+        "Finish (e.g. abort) requests from `waiting` or `running`; returns the ids actually finished."
+        assert RequestStatus.is_finished(finished_status), f"{finished_status} is not a finished status"
+        if request_ids is None: request_ids = list(self.requests)
+        elif isinstance(request_ids, str): request_ids = [request_ids]
+        reqs = [r for rid in request_ids
+                if (r := self.requests.get(rid)) is not None and not r.is_finished()]
+        running = {id(r) for r in reqs if r.status == RequestStatus.RUNNING}
+        if running: self.running = [r for r in self.running if id(r) not in running]
+        self.waiting.remove_requests([r for r in reqs if id(r) not in running])
+        for r in reqs:
+            r.status = finished_status
+            self._free_request(r)
+        return [r.request_id for r in reqs]
+
+    # %% ../../../nbs/04_scheduler.ipynb #a1e306da
+    def get_num_unfinished_requests(self) -> int:
+        "Requests still waiting or running."
+        return len(self.waiting) + len(self.running)
+
+    # %% ../../../nbs/04_scheduler.ipynb #a1e306da
+    def has_unfinished_requests(self) -> bool:
+        "True while any request waits or runs."
+        return self.get_num_unfinished_requests() > 0
+
+    # %% ../../../nbs/04_scheduler.ipynb #a1e306da
+    def has_requests(self) -> bool:
+        "True while there is work: unfinished requests, or finished ids the worker does not know yet."
+        return self.has_unfinished_requests() or bool(self.finished_req_ids)
+
+    # %% ../../../nbs/04_scheduler.ipynb #45f084ca
+    def make_stats(self) -> SchedulerStats | None:
+        "Queue lengths, KV usage, prefix-cache stats since the last call (None if `log_stats` is off)."
+        if not self.log_stats: return None
+        return SchedulerStats(num_running_reqs=len(self.running), num_waiting_reqs=len(self.waiting),
+                              kv_cache_usage=self.kv_cache_manager.usage,
+                              prefix_cache_stats=self.kv_cache_manager.make_prefix_cache_stats())
+
+    # %% ../../../nbs/04_scheduler.ipynb #45f084ca
+    def reset_prefix_cache(self, reset_running_requests: bool = False) -> bool:
+        "Forget all cached blocks; optionally preempt every running request first (none holds a block)."
+        if reset_running_requests:
+            # tail first: FIFO order again
+            while self.running: self._preempt_request(self.running.pop())
+            self.prev_step_scheduled_req_ids.clear()
+        return self.kv_cache_manager.reset_prefix_cache()
 
 # %% ../../../nbs/04_scheduler.ipynb #36a68234
 @dataclass
@@ -104,170 +369,6 @@ class _StepPlan:
         self.req_to_new_blocks.pop(request.request_id)
         self.token_budget += self.num_scheduled_tokens.pop(request.request_id)
 
-# %% ../../../nbs/04_scheduler.ipynb #48bb80ae
-@patch
-def _pick_victim(self: Scheduler) -> Request:
-    "Pop a victim: FCFS the tail of `running`, priority the max (priority, arrival)."
-    if self.policy == "priority":
-        victim = max(self.running, key=lambda r: (r.priority, r.arrival_time))
-        self.running.remove(victim)
-        return victim
-    return self.running.pop()
-
-@patch
-def _free_request_blocks(self: Scheduler, request: Request) -> None:
-    "Return `request`'s blocks to the pool (chapter 06's `AsyncScheduler` may delay it)."
-    self.kv_cache_manager.free(request)
-
-@patch
-def _preempt_request(self: Scheduler, request: Request) -> None:
-    "Free `request`'s blocks, reset its progress and put it back at the front of `waiting`."
-    assert request.status == RequestStatus.RUNNING, \
-        f"only running requests are preempted: {request}"
-    self._free_request_blocks(request)
-    request.status = RequestStatus.PREEMPTED
-    request.num_computed_tokens = 0
-    request.num_output_placeholders = 0   # async: a token still in flight arrives as stale output
-    request.spec_token_ids.clear()
-    request.num_preemptions += 1
-    self.waiting.prepend_request(request)
-
-# %% ../../../nbs/04_scheduler.ipynb #857661b4
-@patch
-def _allocate_or_preempt(self: Scheduler, request: Request, num_new_tokens: int, plan: _StepPlan,
-                         req_index: int) -> tuple[KVCacheBlocks | None, int]:
-    "`allocate_slots`, preempting until it succeeds; `(None, req_index)` if it preempted itself."
-    while (new_blocks := self.kv_cache_manager.allocate_slots(request, num_new_tokens)) is None:
-        victim = self._pick_victim()
-        # priority only: already granted this step
-        if victim.request_id in plan.num_scheduled_tokens:
-            plan.undo(victim)
-            req_index -= 1
-        self._preempt_request(victim)
-        plan.preempted_reqs.append(victim)
-        if victim is request: return None, req_index
-    return new_blocks, req_index
-
-@patch
-def _schedule_running(self: Scheduler, plan: _StepPlan) -> None:
-    "Give every running request its clamped debt, in `running` order, while budget and KV allow."
-    req_index = 0
-    while req_index < len(self.running) and plan.token_budget > 0:
-        request = self.running[req_index]
-        if (request.num_output_placeholders > 0 and request.max_tokens is not None
-                and request.num_computed_tokens + 2 - request.num_output_placeholders
-                >= request.num_prompt_tokens + request.max_tokens):
-            req_index += 1   # async: the step in flight already samples its last token (vLLM)
-            continue
-        debt = (request.num_tokens_with_spec + request.num_output_placeholders
-                - request.num_computed_tokens)
-        num_new_tokens = self._num_new_tokens(request, debt, plan.token_budget)
-        if num_new_tokens == 0:  # nothing to do now: skip it, do not stop
-            req_index += 1
-            continue
-        new_blocks, req_index = self._allocate_or_preempt(request, num_new_tokens, plan, req_index)
-        if new_blocks is None: break
-        plan.scheduled_running_reqs.append(request)
-        plan.grant(request, new_blocks, num_new_tokens)
-        req_index += 1
-
-# %% ../../../nbs/04_scheduler.ipynb #6cd7d3c8
-@patch
-def _admit(self: Scheduler, request: Request, num_new_tokens: int, num_computed_tokens: int,
-           plan: _StepPlan) -> None:
-    "Move the head of `waiting` to `running` with its grant; classify it as new or resumed."
-    self.waiting.pop_request()
-    self.running.append(request)
-    if request.status == RequestStatus.WAITING: plan.scheduled_new_reqs.append(request)
-    elif request.status == RequestStatus.PREEMPTED: plan.scheduled_resumed_reqs.append(request)
-    else: raise RuntimeError(f"invalid status of a waiting request: {request}")
-    plan.grant(request, self.kv_cache_manager.get_blocks(request.request_id), num_new_tokens)
-    request.status = RequestStatus.RUNNING
-    request.num_computed_tokens = num_computed_tokens
-    if request.num_cached_tokens < 0: request.num_cached_tokens = num_computed_tokens
-
-@patch
-def _schedule_waiting(self: Scheduler, plan: _StepPlan) -> None:
-    "Admit waiting requests in queue order while budget, request slots and KV blocks allow."
-    while self.waiting and plan.token_budget > 0:
-        if len(self.running) == self.max_num_running_reqs: break
-        request = self.waiting.peek_request()
-        assert request.num_computed_tokens == 0, "waiting requests start from 0 (no KV connector)"
-        kvm = self.kv_cache_manager
-        if request.skip_reading_prefix_cache:   # prompt logprobs need every position's logits
-            new_computed_blocks, num_computed_tokens = kvm.empty_kv_cache_blocks, 0
-        else:
-            new_computed_blocks, num_computed_tokens = kvm.get_computed_blocks(request)
-        num_new_tokens = request.num_tokens - num_computed_tokens
-        threshold = self.scheduler_config.long_prefill_token_threshold
-        if 0 < threshold < num_new_tokens: num_new_tokens = threshold
-        if not self.scheduler_config.enable_chunked_prefill and num_new_tokens > plan.token_budget:
-            break
-        num_new_tokens = min(num_new_tokens, plan.token_budget)
-        new_blocks = self.kv_cache_manager.allocate_slots(request, num_new_tokens,
-                                                          num_computed_tokens,
-                                                          new_computed_blocks)
-        if new_blocks is None: break
-        if not request.skip_reading_prefix_cache:
-            self.kv_cache_manager.record_prefix_cache_stats(request, num_computed_tokens)
-        self._admit(request, num_new_tokens, num_computed_tokens, plan)
-
-# %% ../../../nbs/04_scheduler.ipynb #6584a7d6
-@patch
-def _make_cached_request_data(self: Scheduler, plan: _StepPlan) -> CachedRequestData:
-    "Per-request diffs for running (append new blocks) then resumed (replace all blocks) requests."
-    cached = CachedRequestData()
-    for req in plan.scheduled_running_reqs:
-        cached.add(req, plan.req_to_new_blocks[req.request_id].get_block_ids(allow_none=True))
-        if req.request_id not in self.prev_step_scheduled_req_ids:
-            cached.all_token_ids[req.request_id] = list(req.all_token_ids)
-    for req in plan.scheduled_resumed_reqs:
-        cached.add(req, plan.req_to_new_blocks[req.request_id].get_block_ids(), resumed=True)
-    return cached
-
-@patch
-def _get_new_block_ids_to_zero(self: Scheduler) -> list[int] | None:
-    "This step's fresh blocks, if the cache needs them zeroed (drained every step either way)."
-    fresh = self.kv_cache_manager.take_new_block_ids()
-    return (fresh or None) if self.cache_config.needs_kv_cache_zeroing else None
-
-@patch
-def _make_output(self: Scheduler, plan: _StepPlan) -> SchedulerOutput:
-    "Package a finished plan as a `SchedulerOutput` (counters are still the pre-step snapshots)."
-    total = sum(plan.num_scheduled_tokens.values())
-    assert total <= self.max_num_scheduled_tokens and plan.token_budget >= 0
-    assert len(self.running) <= self.max_num_running_reqs
-    blocks = plan.req_to_new_blocks
-    new_reqs_data = [NewRequestData.from_request(r, blocks[r.request_id].get_block_ids())
-                     for r in plan.scheduled_new_reqs]
-    out = SchedulerOutput(scheduled_new_reqs=new_reqs_data,
-                          scheduled_cached_reqs=self._make_cached_request_data(plan),
-                          num_scheduled_tokens=plan.num_scheduled_tokens,
-                          total_num_scheduled_tokens=total,
-                          finished_req_ids=self.finished_req_ids,
-                          preempted_req_ids={r.request_id for r in plan.preempted_reqs},
-                          new_block_ids_to_zero=self._get_new_block_ids_to_zero())
-    self.prev_step_scheduled_req_ids = set(plan.num_scheduled_tokens)
-    return out
-
-@patch
-def _update_after_schedule(self: Scheduler, scheduler_output: SchedulerOutput) -> None:
-    "Optimistically advance `num_computed_tokens`; hand `finished_req_ids` over, start a fresh set."
-    for req_id, n in scheduler_output.num_scheduled_tokens.items():
-        self.requests[req_id].num_computed_tokens += n
-    self.finished_req_ids = set()
-
-# %% ../../../nbs/04_scheduler.ipynb #2eff059c
-@patch
-def schedule(self: Scheduler) -> SchedulerOutput:
-    "One scheduling decision: running requests first, then (if nothing was preempted) waiting ones."
-    plan = _StepPlan(token_budget=self.max_num_scheduled_tokens)
-    self._schedule_running(plan)
-    if not plan.preempted_reqs: self._schedule_waiting(plan)
-    scheduler_output = self._make_output(plan)
-    self._update_after_schedule(scheduler_output)
-    return scheduler_output
-
 # %% ../../../nbs/04_scheduler.ipynb #d19fe0a9
 def check_stop(request: Request, max_model_len: int) -> bool:
     "Set a FINISHED status and return True if `request`'s last token ends it (vLLM's order)."
@@ -288,115 +389,3 @@ def check_stop(request: Request, max_model_len: int) -> bool:
         request.status = RequestStatus.FINISHED_LENGTH_CAPPED
         return True
     return False
-
-# %% ../../../nbs/04_scheduler.ipynb #016962d7
-@patch
-def _free_request(self: Scheduler, request: Request) -> None:
-    "Forget a finished request: its id goes to the worker next step, its blocks back to the pool."
-    assert request.is_finished()
-    self.finished_req_ids.add(request.request_id)
-    self._free_request_blocks(request)
-    del self.requests[request.request_id]
-
-@patch
-def _update_request_with_output(self: Scheduler, request: Request,
-                                new_token_ids: list[int]) -> tuple[list[int], bool]:
-    "Append tokens one at a time, stopping (and trimming) at the first stop condition."
-    if request.num_output_placeholders > 0:   # async: these tokens are no longer in flight
-        request.num_output_placeholders -= len(new_token_ids)
-        assert request.num_output_placeholders >= 0
-    for num_new, token_id in enumerate(new_token_ids, 1):
-        request.append_output_token_ids(token_id)
-        if check_stop(request, self.max_model_len): return new_token_ids[:num_new], True
-    return new_token_ids, False
-
-# %% ../../../nbs/04_scheduler.ipynb #b31ba225
-@patch
-def _request_output(self: Scheduler, request: Request, token_ids: list[int], mro: ModelRunnerOutput,
-                    stopped: set[Request],
-                    stopped_preempted: set[Request]) -> EngineCoreOutput | None:
-    "Apply one request's sampled tokens; its `EngineCoreOutput`, or None for a partial prefill."
-    status_before = request.status
-    new_token_ids, is_stopped = ([], False) if not token_ids else \
-        self._update_request_with_output(request, token_ids)
-    if is_stopped:
-        self._free_request(request)
-        (stopped if status_before == RequestStatus.RUNNING else stopped_preempted).add(request)
-    if not new_token_ids and not is_stopped: return None
-    sp, i = request.sampling_params, mro.req_id_to_index.get(request.request_id)
-    logprobs = (mro.logprobs.slice(i, i + len(new_token_ids))   # one row per kept token
-                if sp.logprobs is not None and mro.logprobs is not None and new_token_ids else None)
-    prompt_logprobs = (mro.prompt_logprobs_dict.get(request.request_id)
-                       if sp.prompt_logprobs is not None else None)
-    return EngineCoreOutput(request.request_id, new_token_ids, request.get_finished_reason(),
-                            request.stop_reason, max(request.num_cached_tokens, 0), logprobs,
-                            prompt_logprobs)
-
-@patch
-def update_from_output(self: Scheduler, scheduler_output: SchedulerOutput,
-                       model_runner_output: ModelRunnerOutput) -> EngineCoreOutputs:
-    "Append sampled tokens, check stops, free finished requests; an `EngineCoreOutput` per request."
-    outputs, stopped, stopped_preempted = [], set(), set()
-    mro = model_runner_output
-    for req_id in scheduler_output.num_scheduled_tokens:
-        request = self.requests.get(req_id)
-        if request is None or request.is_finished(): continue  # aborted while the step ran
-        idx = mro.req_id_to_index.get(req_id)
-        has_tokens = idx is not None and mro.sampled_token_ids
-        token_ids = list(mro.sampled_token_ids[idx]) if has_tokens else []
-        out = self._request_output(request, token_ids, mro, stopped, stopped_preempted)
-        if out is not None: outputs.append(out)
-    if stopped: self.running = [r for r in self.running if r not in stopped]
-    if stopped_preempted: self.waiting.remove_requests(stopped_preempted)
-    return EngineCoreOutputs(outputs=outputs, scheduler_stats=self.make_stats())
-
-# %% ../../../nbs/04_scheduler.ipynb #a1e306da
-@patch
-def finish_requests(self: Scheduler, request_ids: str | Iterable[str] | None,
-                    finished_status: RequestStatus) -> list[str]:
-    "Finish (e.g. abort) requests from `waiting` or `running`; returns the ids actually finished."
-    assert RequestStatus.is_finished(finished_status), f"{finished_status} is not a finished status"
-    if request_ids is None: request_ids = list(self.requests)
-    elif isinstance(request_ids, str): request_ids = [request_ids]
-    reqs = [r for rid in request_ids
-            if (r := self.requests.get(rid)) is not None and not r.is_finished()]
-    running = {id(r) for r in reqs if r.status == RequestStatus.RUNNING}
-    if running: self.running = [r for r in self.running if id(r) not in running]
-    self.waiting.remove_requests([r for r in reqs if id(r) not in running])
-    for r in reqs:
-        r.status = finished_status
-        self._free_request(r)
-    return [r.request_id for r in reqs]
-
-@patch
-def get_num_unfinished_requests(self: Scheduler) -> int:
-    "Requests still waiting or running."
-    return len(self.waiting) + len(self.running)
-
-@patch
-def has_unfinished_requests(self: Scheduler) -> bool:
-    "True while any request waits or runs."
-    return self.get_num_unfinished_requests() > 0
-
-@patch
-def has_requests(self: Scheduler) -> bool:
-    "True while there is work: unfinished requests, or finished ids the worker does not know yet."
-    return self.has_unfinished_requests() or bool(self.finished_req_ids)
-
-# %% ../../../nbs/04_scheduler.ipynb #45f084ca
-@patch
-def make_stats(self: Scheduler) -> SchedulerStats | None:
-    "Queue lengths, KV usage, prefix-cache stats since the last call (None if `log_stats` is off)."
-    if not self.log_stats: return None
-    return SchedulerStats(num_running_reqs=len(self.running), num_waiting_reqs=len(self.waiting),
-                          kv_cache_usage=self.kv_cache_manager.usage,
-                          prefix_cache_stats=self.kv_cache_manager.make_prefix_cache_stats())
-
-@patch
-def reset_prefix_cache(self: Scheduler, reset_running_requests: bool = False) -> bool:
-    "Forget all cached blocks; optionally preempt every running request first (none holds a block)."
-    if reset_running_requests:
-        # tail first: FIFO order again
-        while self.running: self._preempt_request(self.running.pop())
-        self.prev_step_scheduled_req_ids.clear()
-    return self.kv_cache_manager.reset_prefix_cache()

@@ -21,7 +21,6 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 from torch import nn
-from fastcore.basics import patch
 from tqdm import tqdm
 from ...attention.backends.triton_attn import AttentionMetadata, PAD_SLOT_ID, _on_device
 from ...core.kv_cache_manager import cdiv
@@ -396,30 +395,28 @@ class LlamaAttention(nn.Module):
             self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
             self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
 
-# %% ../../../nbs/13_model.ipynb #11ecdbc2
-@patch
-def forward(self: LlamaAttention, x, positions, cos_sin, kv_cache):
-    "Attend each token of the flat batch `x` `[num_tokens, hidden]` over its request's context."
-    n, hq, hkv = x.shape[0], self.num_heads, self.num_kv_heads
-    qkv = self.qkv_proj(x)                                         # one matmul for q, k and v
-    qk = qkv[:, :self.q_size + self.kv_size].view(n, hq + hkv, self.head_dim)
-    v = qkv[:, self.q_size + self.kv_size:].view(n, hkv, self.head_dim)
-    if isinstance(cos_sin, torch.Tensor):   # the model passed the whole cache: one RoPE kernel
-        norms = (self.q_norm.weight, self.k_norm.weight, self.q_norm.eps) if hasattr(
-            self, "q_norm") else ()
-        rope_triton(qk, positions, cos_sin, hq, *norms)   # cos_sin: the whole cos_sin_cache
-    else:
-        if hasattr(self, "q_norm"):    # Qwen3: per-head q and k norms, in torch as the rotation
-            qk = torch.cat((self.q_norm.forward_native(qk[:, :hq]),
-                            self.k_norm.forward_native(qk[:, hq:])), 1)
-        qk = apply_rope(qk, *cos_sin)                              # q and k rotated together
-    q, k = qk[:, :hq], qk[:, hq:]
-    if not torch.compiler.is_compiling(): attend = layer_attention
-    elif self.cpu_attention_op: attend = torch.ops.minivllm.cpu_layer_attention
-    else: attend = layer_attention_op                  # (the C++ op calls no Python: chapter 12)
-    out = attend(q, k, v, kv_cache, self.scaling)
-    return self.o_proj(out.view(n, self.q_size))
-
+    # %% ../../../nbs/13_model.ipynb #11ecdbc2
+    def forward(self, x, positions, cos_sin, kv_cache):
+        "Attend each token of the flat batch `x` `[num_tokens, hidden]` over its request's context."
+        n, hq, hkv = x.shape[0], self.num_heads, self.num_kv_heads
+        qkv = self.qkv_proj(x)                                         # one matmul for q, k and v
+        qk = qkv[:, :self.q_size + self.kv_size].view(n, hq + hkv, self.head_dim)
+        v = qkv[:, self.q_size + self.kv_size:].view(n, hkv, self.head_dim)
+        if isinstance(cos_sin, torch.Tensor):   # the model passed the whole cache: one RoPE kernel
+            norms = (self.q_norm.weight, self.k_norm.weight, self.q_norm.eps) if hasattr(
+                self, "q_norm") else ()
+            rope_triton(qk, positions, cos_sin, hq, *norms)   # cos_sin: the whole cos_sin_cache
+        else:
+            if hasattr(self, "q_norm"):    # Qwen3: per-head q and k norms, in torch as the rotation
+                qk = torch.cat((self.q_norm.forward_native(qk[:, :hq]),
+                                self.k_norm.forward_native(qk[:, hq:])), 1)
+            qk = apply_rope(qk, *cos_sin)                              # q and k rotated together
+        q, k = qk[:, :hq], qk[:, hq:]
+        if not torch.compiler.is_compiling(): attend = layer_attention
+        elif self.cpu_attention_op: attend = torch.ops.minivllm.cpu_layer_attention
+        else: attend = layer_attention_op                  # (the C++ op calls no Python: chapter 12)
+        out = attend(q, k, v, kv_cache, self.scaling)
+        return self.o_proj(out.view(n, self.q_size))
 
 # %% ../../../nbs/13_model.ipynb #ebf184c0
 def make_kv_caches(num_layers, num_kv_heads, head_dim, dtype, num_blocks: int, block_size: int,
@@ -495,30 +492,29 @@ class LlamaForCausalLM(nn.Module):
         packed = [getattr(head, name, None) for name in ("packed_weight", "panel_weight")]
         return unquantized_gemm(hidden_states, head.weight, None, *packed).float()
 
-# %% ../../../nbs/13_model.ipynb #c0712daf
-@patch
-def kv_cache_spec(self: LlamaForCausalLM):
-    "`(num_layers, num_kv_heads, head_dim, dtype)`: what one layer's KV cache holds per token."
-    c = self.config
-    dtype = self.model.embed_tokens.weight.dtype
-    return c.num_hidden_layers, c.num_key_value_heads, get_head_dim(c), dtype
+    # %% ../../../nbs/13_model.ipynb #c0712daf
+    def kv_cache_spec(self):
+        "`(num_layers, num_kv_heads, head_dim, dtype)`: what one layer's KV cache holds per token."
+        c = self.config
+        dtype = self.model.embed_tokens.weight.dtype
+        return c.num_hidden_layers, c.num_key_value_heads, get_head_dim(c), dtype
 
-@patch
-def bind_kv_caches(self: LlamaForCausalLM, kv_caches: list):
-    "Use these tensors (one `[blocks, 2, block_size, kv_heads, head_dim]` per layer) as KV cache."
-    num_layers, num_kv_heads, head_dim, dtype = self.kv_cache_spec()
-    if len(kv_caches) != num_layers:
-        raise ValueError(f"expected {num_layers} KV caches, got {len(kv_caches)}")
-    compiled_for = self.kv_caches[0].shape[1:] if self.model.regional else None
-    for c in kv_caches:
-        if compiled_for is not None and c.shape[1:] != compiled_for:   # (compile_and_warm_up)
-            raise ValueError(f"the layers were compiled for KV blocks {tuple(compiled_for)}, "
-                             f"not {tuple(c.shape[1:])}: load the model again")
-        layout_ok = c.ndim == 5 and c.shape[1] == 2 and c.shape[3:] == (num_kv_heads, head_dim)
-        if not layout_ok or c.dtype != dtype:
-            raise ValueError(f"KV cache {tuple(c.shape)} {c.dtype} does not match "
-                             f"[*, 2, *, {num_kv_heads}, {head_dim}] {dtype}")
-    self.kv_caches = list(kv_caches)
+    # %% ../../../nbs/13_model.ipynb #c0712daf
+    def bind_kv_caches(self, kv_caches: list):
+        "Use these tensors (one `[blocks, 2, block_size, kv_heads, head_dim]` per layer) as KV cache."
+        num_layers, num_kv_heads, head_dim, dtype = self.kv_cache_spec()
+        if len(kv_caches) != num_layers:
+            raise ValueError(f"expected {num_layers} KV caches, got {len(kv_caches)}")
+        compiled_for = self.kv_caches[0].shape[1:] if self.model.regional else None
+        for c in kv_caches:
+            if compiled_for is not None and c.shape[1:] != compiled_for:   # (compile_and_warm_up)
+                raise ValueError(f"the layers were compiled for KV blocks {tuple(compiled_for)}, "
+                                 f"not {tuple(c.shape[1:])}: load the model again")
+            layout_ok = c.ndim == 5 and c.shape[1] == 2 and c.shape[3:] == (num_kv_heads, head_dim)
+            if not layout_ok or c.dtype != dtype:
+                raise ValueError(f"KV cache {tuple(c.shape)} {c.dtype} does not match "
+                                 f"[*, 2, *, {num_kv_heads}, {head_dim}] {dtype}")
+        self.kv_caches = list(kv_caches)
 
 # %% ../../../nbs/13_model.ipynb #b1d4e7a2
 def _leaves(value, path=()) -> list:
