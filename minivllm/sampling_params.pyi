@@ -2,7 +2,7 @@ from __future__ import annotations
 import enum, math
 from dataclasses import dataclass, field, fields
 from fastcore.basics import patch
-__all__ = ['MAX_N_SEQUENCES', 'MAX_NUM_BAD_WORDS', 'RequestOutputKind', 'SamplingParams']
+__all__ = ['MAX_N_SEQUENCES', 'MAX_NUM_BAD_WORDS', 'INT64_MIN', 'INT64_MAX', 'MAX_LOGIT_BIAS', 'RequestOutputKind', 'SamplingParams']
 _GREEDY_EPS = 1e-05
 _MIN_TEMP = 0.01
 MAX_N_SEQUENCES = 16384
@@ -59,11 +59,20 @@ class SamplingParams:
     def update_from_tokenizer(self: SamplingParams, tokenizer) -> None:
         """Tokenize `bad_words`, with and without a leading space (vLLM's `update_from_tokenizer`)."""
         ...
+INT64_MIN, INT64_MAX = (-2 ** 63, 2 ** 63 - 1)
+MAX_LOGIT_BIAS = 100.0
 
 def _is_int(x) -> bool:
     ...
 
 def _is_num(x) -> bool:
+    ...
+
+def _is_id(x) -> bool:
+    ...
+
+def _as_list(sp: SamplingParams, name: str) -> list:
+    """A list field given as `None`, a list or a tuple, as a list; anything else names the field."""
     ...
 
 def _as_token_id(k):
