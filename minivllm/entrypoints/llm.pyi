@@ -1,7 +1,6 @@
 """vLLM's offline entry point: prompts in, `RequestOutput`s out, one engine step at a time."""
 from __future__ import annotations
 import itertools
-from dataclasses import replace
 from pathlib import Path
 import torch
 from fastcore.basics import patch
@@ -10,15 +9,13 @@ from ..request import Request
 from ..sampling_params import RequestOutputKind, SamplingParams
 from ..timeline import TimelineRecorder
 from ..engine.arg_utils import EngineArgs
-from ..engine.output_processor import OutputProcessor, ParentRequest
+from ..engine.llm_engine import LLMEngine
 from ..outputs import RequestOutput
-from ..metrics.stats import IterationStats
-from ..engine.core import build_engine_core, get_diff_sampling_param, load_tokenizer, resolve_model_path, try_get_generation_config
-from ..metrics.loggers import StatLogger
+from ..engine.core import get_diff_sampling_param
 from ..usage.usage_lib import UsageContext
 from ..metrics.reader import Metric
 from ..inputs.llm import parse_prompts
-from ..engine.input_processor import check_prompt, check_sampling_params, fan_out, prepare_sampling_params
+from ..renderers.chat_utils import parse_chat_messages, safe_apply_chat_template
 __all__ = ['TIMELINE_MAX_RECORDS', 'per_prompt', 'LLM']
 
 def per_prompt(value, n: int, name: str) -> list:
@@ -44,20 +41,16 @@ class LLM:
         """Forget every cached prefix block; False while requests still hold blocks (vLLM's)."""
         ...
 
-    def _tokenize(self: LLM, i: int, prompt: dict) -> list[int]:
-        """Token ids of prompt `i` (text goes through the tokenizer), checked against the model."""
+    def _add_requests(self: LLM, prompts, sampling_params, priority) -> list[str]:
+        """Check and complete every request first (none is added if one is wrong), then add them all."""
         ...
 
-    def _add_requests(self: LLM, prompts, sampling_params, priority) -> list[str]:
-        """Validate every prompt and parameter, then add each prompt's engine requests; their ids."""
+    def _process(self: LLM, i: int, prompt: dict, params, priority) -> tuple[Request, str | None]:
+        """Prompt `i`'s engine request, reported once, when finished (vLLM's `LLM` does the same)."""
         ...
 
     def _run_engine(self: LLM, request_ids: list[str], use_tqdm: bool=True) -> list[RequestOutput]:
         """Step the engine until every request is finished; outputs in the order of `request_ids`."""
-        ...
-
-    def _abort(self: LLM, request_ids: list[str]) -> None:
-        """Forget requests (and their children) in the output processor and abort them in the engine."""
         ...
 
     def generate(self: LLM, prompts, sampling_params: SamplingParams | list[SamplingParams] | None=None, *, use_tqdm: bool=True, priority: int | list[int] | None=None) -> list[RequestOutput]:
@@ -65,10 +58,10 @@ class LLM:
         ...
 
     def get_metrics(self: LLM) -> list[Metric]:
-        """vLLM's metrics so far: `Counter`, `Gauge` and `Histogram` objects with vLLM's names."""
+        """vLLM's metrics so far: the engine's `Counter`, `Gauge` and `Histogram` objects."""
         ...
 
-    def chat(self: LLM, messages: list[dict] | list[list[dict]], sampling_params=None, *, use_tqdm: bool=True, add_generation_prompt: bool=True) -> list[RequestOutput]:
+    def chat(self: LLM, messages: list[dict] | list[list[dict]], sampling_params=None, *, use_tqdm: bool=True, priority: int | list[int] | None=None, chat_template: str | None=None, add_generation_prompt: bool=True, continue_final_message: bool=False, chat_template_kwargs: dict | None=None) -> list[RequestOutput]:
         """Generate the assistant's reply to one conversation or to each of a list of conversations."""
         ...
 
