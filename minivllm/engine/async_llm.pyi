@@ -17,7 +17,7 @@ from ..core.sched.output import EngineCoreOutput, LogprobsLists, PrefixCacheStat
 from ..metrics.loggers import StatLogger
 from ..metrics.reader import Metric
 from ..metrics.stats import IterationStats
-from .arg_utils import EngineArgs
+from .arg_utils import AsyncEngineArgs, EngineArgs
 from .core import EngineCore, EngineInfo, build_engine_core, load_tokenizer, resolve_device, resolve_model_path, try_get_generation_config
 from ..platforms.cpu import engine_process_env
 from ..usage.usage_lib import UsageContext
@@ -260,6 +260,11 @@ class AsyncLLM:
 
     def __exit__(self: AsyncLLM, *exc):
         ...
+
+@patch(cls_method=True)
+def from_engine_args(cls: AsyncLLM, engine_args: EngineArgs, usage_context: UsageContext=UsageContext.ENGINE_CONTEXT, **kwargs) -> AsyncLLM:
+    """The `AsyncLLM` of `engine_args` (vLLM's way in); `kwargs`: the front end's own options."""
+    ...
 
 def stats_from_wire(d: dict | None) -> SchedulerStats | None:
     """Rebuild the `SchedulerStats` of a step (sent as a dict)."""
