@@ -15,7 +15,8 @@ from .attention.selector import get_attn_backend as get_attn_backend
 from .model_executor.model_loader import load_model as load_model
 from .worker.gpu_model_runner import ModelRunner as ModelRunner
 from .entrypoints.llm import LLM as LLM
-from .engine.arg_utils import EngineArgs as EngineArgs
+from .engine.arg_utils import EngineArgs as EngineArgs, AsyncEngineArgs as AsyncEngineArgs
+from .engine.llm_engine import LLMEngine as LLMEngine
 from .engine.core import EngineCore as EngineCore, build_engine_core as build_engine_core
 from .outputs import RequestOutput as RequestOutput, CompletionOutput as CompletionOutput, RequestOutputKind as RequestOutputKind
 from .engine.output_processor import OutputProcessor as OutputProcessor
