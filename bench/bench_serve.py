@@ -20,7 +20,7 @@ against load, bench/results/bench_serve.png.
 import argparse, asyncio, json, tempfile
 from pathlib import Path
 
-from minivllm.benchmarks.serve import metrics, random_prompts, run_requests
+from minivllm.benchmarks.serve import metrics, random_requests, run_requests
 from minivllm.engine.async_llm import AsyncLLM
 from minivllm.testing.tiny_models import make_tiny_model
 from minivllm.entrypoints.openai.api_server import build_app, serve_in_thread
@@ -34,9 +34,9 @@ def plot(rows, title):
     import matplotlib.pyplot as plt
     rates = [r["rate"] for r in rows]
     fig, axes = plt.subplots(1, 4, figsize=(15, 3.6))
-    for ax, key, name in zip(axes, ["ttft_ms", "tpot_ms", "itl_ms"], ["TTFT", "TPOT", "ITL"]):
+    for ax, key, name in zip(axes, ["ttft", "tpot", "itl"], ["TTFT", "TPOT", "ITL"]):
         for stat, style in [("median", "o-"), ("p99", "s--")]:
-            ax.plot(rates, [r[key][stat] for r in rows], style, label=stat)
+            ax.plot(rates, [r[f"{stat}_{key}_ms"] for r in rows], style, label=stat)
         ax.set_ylabel("ms"); ax.set_title(name); ax.legend(fontsize=8)
     axes[3].plot(rates, [r["output_throughput"] for r in rows], "o-")
     axes[3].set_title("output tokens/s")
@@ -67,8 +67,8 @@ def main():
         vocab_size = async_llm.engine_info.vocab_size
         def bodies(n, output_len, seed):
             return [dict(prompt=p, max_tokens=output_len, temperature=0, ignore_eos=True, stream=True,
-                         return_token_ids=True)
-                    for p in random_prompts(n, args.input_len, vocab_size, seed)]
+                         stream_options={"include_usage": True})
+                    for p in (r["prompt"] for r in random_requests(n, args.input_len, output_len, vocab_size, seed))]
         asyncio.run(run_requests(f"{url}/v1/completions", bodies(2, 4, args.seed), 100.0, args.seed))  # warm-up
         print(f"{async_llm.model_path.name}: {args.num_prompts} requests x {args.input_len} prompt tokens -> "
               f"{args.output_len} output tokens, per request rate")
@@ -76,11 +76,11 @@ def main():
             results, duration = asyncio.run(run_requests(
                 f"{url}/v1/completions", bodies(args.num_prompts, args.output_len, args.seed + 1 + i), rate,
                 args.seed))
-            row = dict(rate=rate, **metrics(results, duration))
+            row = dict(rate=rate, **{k: v for k, v in metrics(results, duration).items() if not isinstance(v, list)})
             rows.append(row)
             print(f"rate {rate:6.1f} req/s | out {row['output_throughput']:7.1f} tok/s | " + " | ".join(
-                f"{k[:-3].upper()} mean {row[k]['mean']:7.1f} med {row[k]['median']:7.1f} p99 {row[k]['p99']:7.1f} ms"
-                for k in ("ttft_ms", "tpot_ms", "itl_ms")))
+                f"{k.upper()} mean {row[f'mean_{k}_ms']:7.1f} med {row[f'median_{k}_ms']:7.1f} "
+                f"p99 {row[f'p99_{k}_ms']:7.1f} ms" for k in ("ttft", "tpot", "itl")))
         name = async_llm.model_path.name
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "bench_serve.json").write_text(json.dumps(dict(args=vars(args), model=name, rows=rows), indent=1))

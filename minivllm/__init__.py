@@ -34,7 +34,8 @@ PUBLIC_API = {  # module -> the names it contributes to `minivllm`
     "model_executor.model_loader": ["load_model"],
     "worker.gpu_model_runner": ["ModelRunner"],
     "entrypoints.llm": ["LLM"],
-    "engine.arg_utils": ["EngineArgs"],
+    "engine.arg_utils": ["EngineArgs", "AsyncEngineArgs"],
+    "engine.llm_engine": ["LLMEngine"],
     "engine.core": ["EngineCore", "build_engine_core"],
     "outputs": ["RequestOutput", "CompletionOutput", "RequestOutputKind"],
     "engine.output_processor": ["OutputProcessor"],
@@ -80,7 +81,8 @@ if TYPE_CHECKING:
     from .model_executor.model_loader import load_model
     from .worker.gpu_model_runner import ModelRunner
     from .entrypoints.llm import LLM
-    from .engine.arg_utils import EngineArgs
+    from .engine.arg_utils import EngineArgs, AsyncEngineArgs
+    from .engine.llm_engine import LLMEngine
     from .engine.core import EngineCore, build_engine_core
     from .outputs import RequestOutput, CompletionOutput, RequestOutputKind
     from .engine.output_processor import OutputProcessor

@@ -6,7 +6,8 @@ import enum, math
 from dataclasses import dataclass, field, fields
 
 # %% auto #0
-__all__ = ['MAX_N_SEQUENCES', 'MAX_NUM_BAD_WORDS', 'RequestOutputKind', 'SamplingParams']
+__all__ = ['MAX_N_SEQUENCES', 'MAX_NUM_BAD_WORDS', 'INT64_MIN', 'INT64_MAX', 'MAX_LOGIT_BIAS', 'RequestOutputKind',
+           'SamplingParams']
 
 # %% ../nbs/00_request.ipynb #913332c6
 _GREEDY_EPS = 1e-5     # vLLM's _SAMPLING_EPS: below it, sampling is greedy
@@ -48,18 +49,22 @@ class SamplingParams:
     _bad_words_token_ids: list[list[int]] | None = field(default=None, repr=False)
 
     def __post_init__(self):
-        if isinstance(self.temperature, (int, float)) and 0 < self.temperature < _MIN_TEMP:
+        if _is_num(self.temperature) and 0 < self.temperature < _MIN_TEMP:
             self.temperature = _MIN_TEMP
         if self.seed == -1: self.seed = None                 # vLLM: -1 means random, like None
         if self.top_k == -1: self.top_k = 0                  # vLLM accepts -1 and 0 for "no top-k"
         if self.logprobs is True: self.logprobs = 1
         if self.prompt_logprobs is True: self.prompt_logprobs = 1
-        self.stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
-        self.stop_token_ids = list(dict.fromkeys(self.stop_token_ids or []))
-        self.bad_words = list(dict.fromkeys(self.bad_words or []))
+        self.stop = [self.stop] if isinstance(self.stop, str) else _as_list(self, "stop")
+        self.stop_token_ids, self.bad_words = (_as_list(self, "stop_token_ids"),
+                                               _as_list(self, "bad_words"))
+        if self.allowed_token_ids is not None:
+            self.allowed_token_ids = _as_list(self, "allowed_token_ids")
         if isinstance(self.logit_bias, dict):
             self.logit_bias = {_as_token_id(k): v for k, v in self.logit_bias.items()}
         self._verify_args()
+        self.stop_token_ids = list(dict.fromkeys(self.stop_token_ids))   # ints now: hashable
+        self.bad_words = list(dict.fromkeys(self.bad_words))
         if self.is_greedy:      # vLLM: greedy ignores the truncations
             self.top_p, self.top_k, self.min_p = 1.0, 0, 0.0
             if self.n > 1: raise ValueError(f"n must be 1 when using greedy sampling, got {self.n}")
@@ -81,17 +86,20 @@ class SamplingParams:
             ("temperature", lambda: num(self.temperature) and math.isfinite(self.temperature)
              and 0 <= self.temperature <= 2, "must be a finite number in [0, 2]"),
             ("top_p", lambda: num(self.top_p) and 0 < self.top_p <= 1, "must be in (0, 1]"),
-            ("top_k", lambda: _is_int(self.top_k) and self.top_k >= 0,
-             "must be an int: 0 or -1 (disable), or >= 1"),
+            ("top_k", lambda: _is_id(self.top_k),
+             "must be an int: 0 or -1 (disable), or from 1 to 2**63 - 1 (beyond the vocabulary: all)"),
             ("min_p", lambda: num(self.min_p) and 0 <= self.min_p <= 1, "must be in [0, 1]"),
-            ("seed", lambda: self.seed is None or _is_int(self.seed), "must be None, -1 or an int"),
+            ("seed", lambda: self.seed is None or (_is_int(self.seed)
+                                                   and INT64_MIN <= self.seed <= INT64_MAX),
+             "must be None, -1 or an int in [-2**63, 2**63 - 1]"),
             ("stop", lambda: all(isinstance(s, str) and s for s in self.stop),
              "must be non-empty strings"),
-            ("stop_token_ids", lambda: all(_is_int(t) and t >= 0 for t in self.stop_token_ids),
-             "must be non-negative ints"),
+            ("stop_token_ids", lambda: all(_is_id(t) for t in self.stop_token_ids),
+             "must be token ids (ints >= 0)"),
             ("max_tokens", lambda: self.max_tokens is None
-             or (_is_int(self.max_tokens) and self.max_tokens >= 1), "must be None or an int >= 1"),
-            ("min_tokens", lambda: _is_int(self.min_tokens) and self.min_tokens >= 0
+             or (_is_id(self.max_tokens) and self.max_tokens >= 1),
+             "must be None or an int in [1, 2**63 - 1]"),
+            ("min_tokens", lambda: _is_id(self.min_tokens)
              and (self.max_tokens is None or self.min_tokens <= self.max_tokens),
              "must be an int in [0, max_tokens]"),
             ("logprobs", lambda: _num_logprobs_ok(self.logprobs),
@@ -101,12 +109,11 @@ class SamplingParams:
             ("output_kind", lambda: isinstance(self.output_kind, RequestOutputKind),
              "must be a RequestOutputKind"),
             ("logit_bias", lambda: self.logit_bias is None or (isinstance(self.logit_bias, dict)
-             and all(_is_int(k) and k >= 0 and num(v) and math.isfinite(v)
+             and all(_is_id(k) and num(v) and -MAX_LOGIT_BIAS <= v <= MAX_LOGIT_BIAS
                      for k, v in self.logit_bias.items())),
-             "must map token ids (ints >= 0) to finite numbers"),
+             "must map token ids (ints >= 0) to biases in [-100, 100] (OpenAI's range)"),
             ("allowed_token_ids", lambda: self.allowed_token_ids is None
-             or (len(self.allowed_token_ids) > 0
-                 and all(_is_int(t) and t >= 0 for t in self.allowed_token_ids)),
+             or (len(self.allowed_token_ids) > 0 and all(_is_id(t) for t in self.allowed_token_ids)),
              "must be None or a non-empty list of token ids (ints >= 0)"),
             ("bad_words", lambda: all(isinstance(w, str) and w for w in self.bad_words)
              and len(self.bad_words) <= MAX_NUM_BAD_WORDS,
@@ -173,8 +180,21 @@ class SamplingParams:
         self._bad_words_token_ids = ids
 
 # %% ../nbs/00_request.ipynb #e8d93fa1
+INT64_MIN, INT64_MAX = -2**63, 2**63 - 1   # every integer field fits the engine's 64 bits
+MAX_LOGIT_BIAS = 100.0                      # OpenAI's range for a logit bias: [-100, 100]
+
 def _is_int(x) -> bool: return isinstance(x, int) and not isinstance(x, bool)
 def _is_num(x) -> bool: return isinstance(x, (int, float)) and not isinstance(x, bool)
+def _is_id(x) -> bool: return _is_int(x) and 0 <= x <= INT64_MAX   # a token id, an index
+
+def _as_list(sp: SamplingParams, name: str) -> list:
+    "A list field given as `None`, a list or a tuple, as a list; anything else names the field."
+    value = getattr(sp, name)
+    if value is None: return []
+    if isinstance(value, (list, tuple)): return list(value)
+    kind = "a string or a list of strings" if name == "stop" else "a list"
+    raise ValueError(f"SamplingParams.{name} must be {kind}, got {type(value).__name__} "
+                     f"{value!r:.60}")
 
 def _as_token_id(k):
     "A `logit_bias` key as an int (JSON keys are strings: `{\"1234\": -100}`)."
@@ -182,4 +202,4 @@ def _as_token_id(k):
 
 def _num_logprobs_ok(k) -> bool:
     "None, or a count >= 0 (vLLM's -1, 'the whole vocabulary', is refused: say a number)."
-    return k is None or (_is_int(k) and k >= 0)
+    return k is None or _is_id(k)

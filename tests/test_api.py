@@ -12,7 +12,7 @@ SCHEDULER = ["SchedulerConfig", "CacheConfig", "Scheduler", "FCFSRequestQueue", 
              "create_request_queue"]
 WORKER = ["CachedRequestState", "BlockTable", "InputBatch", "prepare_inputs", "Sampler", "ModelRunner",
           "AttentionMetadata", "get_attn_backend", "load_model"]
-ENGINE = ["LLM", "EngineCore", "EngineArgs", "RequestOutput", "CompletionOutput", "RequestOutputKind",
+ENGINE = ["LLM", "LLMEngine", "EngineCore", "EngineArgs", "AsyncEngineArgs", "RequestOutput", "CompletionOutput", "RequestOutputKind",
           "Logprob", "TimelineRecorder", "AsyncLLM", "build_app"]
 
 

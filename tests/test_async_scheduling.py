@@ -89,12 +89,11 @@ def test_async_engine_is_built_by_the_flag(tiny_llama_path):
 
 
 def test_cli_has_the_flag():
-    import argparse
-    from minivllm.entrypoints.cli.main import add_engine_args, engine_args_from
-    parser = argparse.ArgumentParser()
-    add_engine_args(parser)
-    assert engine_args_from(parser.parse_args(["--async-scheduling"])).async_scheduling is True
-    assert engine_args_from(parser.parse_args([])).async_scheduling is False
+    from minivllm.engine.arg_utils import EngineArgs
+    from minivllm.utils.argparse_utils import FlexibleArgumentParser
+    parser = EngineArgs.add_cli_args(FlexibleArgumentParser())
+    assert EngineArgs.from_cli_args(parser.parse_args(["--async-scheduling"])).async_scheduling is True
+    assert EngineArgs.from_cli_args(parser.parse_args([])).async_scheduling is False
 
 
 @pytest.mark.parametrize("blocks", [200, 12])     # room for all; preemptions

@@ -188,7 +188,7 @@ def test_bad_input_raises_before_any_work(tiny_llama_path, tmp_path):
     d = tiny_llama_path
     llm = LLM(d, num_gpu_blocks=16, max_model_len=64)
     with pytest.raises(ValueError, match="at least one prompt"): llm.generate([], use_tqdm=False)
-    with pytest.raises(ValueError, match="prompt 1 has 64 tokens"):
+    with pytest.raises(ValueError, match="prompt 1: the prompt has 64 tokens"):
         llm.generate(random_prompts([5, 64]), use_tqdm=False)
     with pytest.raises(ValueError, match="has no tokenizer"): llm.generate("text", use_tqdm=False)
     with pytest.raises(ValueError, match="2 values for 3 prompts"):
@@ -222,7 +222,7 @@ def test_progress_bar_and_interrupted_loop(tiny_llama_path, capsys):
     with pytest.raises(KeyboardInterrupt): llm.generate(prompts, GREEDY, use_tqdm=False)
     llm.engine_core.step_observers.remove(interrupt)
     assert llm.engine_core.step_observers == [llm.timeline]        # the LLM's own recorder stays
-    assert not llm.engine_core.scheduler.has_unfinished_requests() and not llm.output_processor.request_states
+    assert not llm.engine_core.scheduler.has_unfinished_requests() and not llm.llm_engine.output_processor.request_states
     assert token_ids(llm.generate(prompts, GREEDY, use_tqdm=False)) == hf_greedy(tiny_llama_path, prompts, 24)
 
 
@@ -231,7 +231,8 @@ def test_progress_bar_and_interrupted_loop(tiny_llama_path, capsys):
 def test_cli_generate_and_bench(tiny_llama_path, capsys, tmp_path):
     import json, subprocess, sys
     from minivllm.entrypoints.cli.main import main
-    main(["generate", "What is the capital of France?", "--max-tokens", "12", "--num-gpu-blocks", "64"])
+    assert main(["generate", "What is the capital of France?", "--max-tokens", "12",
+                 "--num-gpu-blocks", "64"]) == 0
     assert "Paris" in capsys.readouterr().out
     # only `serve` imports the server stack: checked in a fresh interpreter (this one may have it)
     probe = ("import sys; from minivllm.entrypoints.cli.main import main; "
@@ -258,3 +259,27 @@ def test_cli_generate_n_stop_logprobs_timeline(capsys, tmp_path):
           "--max-tokens", "12", "--num-gpu-blocks", "64", "--seed", "3", "--timeline", str(png)])
     out = capsys.readouterr().out
     assert "[0] " in out and "[1] " in out and out.count("cumulative logprob") == 2 and png.stat().st_size > 0
+
+
+# ---------------------------------------------------------------- chat: every conversation checked first
+
+def test_chat_checks_every_conversation_before_generating(tiny_llama_smollm2_tokenizer_path):
+    llm = LLM(tiny_llama_smollm2_tokenizer_path, num_gpu_blocks=16, max_model_len=256, enforce_eager=True)
+    good, sp = [{"role": "user", "content": "Hi"}], SamplingParams(temperature=0, max_tokens=2)
+    image = [{"type": "image_url", "image_url": {"url": "http://x/y.png"}}]
+    for bad, match in [([{"role": "user", "content": 5}], r"messages\[1\]\[0\]\['content'\] must be a string"),
+                       ([{"content": "no role"}], r"messages\[1\]\[0\] must be a dict with a string 'role'"),
+                       ([{"role": "user", "content": image}], "minivllm reads text only"),
+                       ([], r"messages\[1\] must be a non-empty list")]:
+        with pytest.raises(ValueError, match=match): llm.chat([good, bad], sp, use_tqdm=False)
+    with pytest.raises(ValueError, match="may not set"):
+        llm.chat(good, sp, chat_template_kwargs={"tokenize": True})
+    with pytest.raises(ValueError, match="continue_final_message"):
+        llm.chat(good, sp, continue_final_message=True)
+    assert not llm.llm_engine.has_unfinished_requests()            # nothing was added by the failures
+    parts = [{"type": "text", "text": "first"}, {"type": "text", "text": "second"}]
+    out = llm.chat([{"role": "critic", "content": parts}], sp, use_tqdm=False)[0]   # any role it renders
+    assert "<|im_start|>critic\nfirst\nsecond<|im_end|>" in out.prompt
+    template = "{% for m in messages %}{{ m['content'] }}{% endfor %}{% if shout %}!{% endif %}"
+    shouted = llm.chat(good, sp, use_tqdm=False, chat_template=template, chat_template_kwargs={"shout": True})
+    assert shouted[0].prompt == "Hi!"

@@ -189,3 +189,38 @@ def test_one_step_reads_no_device_scalar():
         sched.update_from_output(so, mro)
     # prompt rows went out in step 0
     assert mro.logprobs is not None and mro.prompt_logprobs_dict == {}
+
+
+# ---------------------------------------------------------------- what the server refuses, refused offline too
+
+@pytest.mark.parametrize("kwargs, field", [
+    (dict(top_k=2**64), "top_k"), (dict(seed=2**64), "seed"), (dict(seed=-2**63 - 1), "seed"),
+    (dict(stop=5), "stop"), (dict(stop=[5]), "stop"), (dict(stop_token_ids=5), "stop_token_ids"),
+    (dict(stop_token_ids=[[1]]), "stop_token_ids"), (dict(stop_token_ids=[2**64]), "stop_token_ids"),
+    (dict(logit_bias={1: 1e308}), "logit_bias"), (dict(logit_bias={1: float("inf")}), "logit_bias"),
+    (dict(logit_bias={1: -101}), "logit_bias"), (dict(logit_bias=[1]), "logit_bias"),
+    (dict(bad_words="word"), "bad_words"), (dict(allowed_token_ids=3), "allowed_token_ids"),
+    (dict(max_tokens=2**64), "max_tokens"), (dict(logprobs=2**64), "logprobs")])
+def test_sampling_params_refuse_what_the_server_refuses(kwargs, field):
+    with pytest.raises(ValueError, match=rf"SamplingParams\.{field} "): SamplingParams(**kwargs)
+
+
+def test_one_odd_request_never_sinks_its_batch(tiny_llama_path):
+    """Issue 52's reproducer: a top_k of 2**31 and a 64-bit seed used to pass construction and then fail inside
+    the worker's input batch, losing the other nine results. Each is now a valid request (a k past the
+    vocabulary keeps every token, as in vLLM), and a bad one is refused before anything runs."""
+    from minivllm.entrypoints.llm import LLM
+    llm = LLM(tiny_llama_path, num_gpu_blocks=64, max_model_len=64, enforce_eager=True)
+    greedy = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
+    odd = [SamplingParams(temperature=1.0, top_k=2**31, seed=7, max_tokens=4, ignore_eos=True),
+           SamplingParams(temperature=1.0, n=2, seed=2**63 - 1, max_tokens=4, ignore_eos=True),
+           SamplingParams(temperature=1.0, min_tokens=2**40, max_tokens=None, seed=3)]
+    outs = llm.generate(PROMPTS[:1] * 10, [greedy] * 7 + odd, use_tqdm=False)
+    assert len(outs) == 10 and len({tuple(o.outputs[0].token_ids) for o in outs[:7]}) == 1
+    no_top_k = SamplingParams(temperature=1.0, top_k=0, seed=7, max_tokens=4, ignore_eos=True)
+    assert outs[7].outputs[0].token_ids == llm.generate(PROMPTS[:1], no_top_k, use_tqdm=False)[0].outputs[0].token_ids
+    assert len(outs[9].outputs[0].token_ids) == 64 - len(PROMPTS[0])          # min_tokens: all the room
+    with pytest.raises(ValueError, match="prompt 9: logit_bias must be inside the vocabulary"):
+        llm.generate(PROMPTS[:1] * 10, [greedy] * 9 + [SamplingParams(logit_bias={VOCAB: 1.0})],
+                     use_tqdm=False)
+    assert not llm.llm_engine.has_unfinished_requests()

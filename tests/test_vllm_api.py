@@ -19,8 +19,8 @@ import torch
 from minivllm.engine.arg_utils import EngineArgs, batch_limits, default_block_size
 from minivllm.engine.core import get_diff_sampling_param, try_get_generation_config
 from minivllm.engine.output_processor import OutputProcessor
-from minivllm.entrypoints.cli.main import (bench_sampling_params, build_parser, engine_args_from,
-                                           human_readable_int, serve_options)
+from minivllm.entrypoints.cli.main import bench_sampling_params, build_parser, serve_options
+from minivllm.utils.argparse_utils import human_readable_int
 from minivllm.entrypoints.llm import LLM, parse_prompts
 from minivllm.core.sched.output import EngineCoreOutput
 from minivllm.metrics.reader import Counter, Gauge, Histogram
@@ -53,8 +53,11 @@ SAMPLING_CASES = [
     (dict(prompt_logprobs=-2), "prompt_logprobs"), (dict(logprobs=-2), "logprobs"),
 ]
 # vLLM 0.33 accepts these, minivllm refuses them loudly (documented differences, never silent):
-# logprobs=-1 / prompt_logprobs=-1 ("the whole vocabulary") is not supported.
-STRICTER = [dict(logprobs=-1), dict(prompt_logprobs=-1)]
+# logprobs=-1 / prompt_logprobs=-1 ("the whole vocabulary") is not supported; integers beyond 64 bits
+# (what the engine and the wire hold; vLLM's server bounds `seed` the same way); a logit bias outside
+# OpenAI's [-100, 100] (vLLM's server clamps it).
+STRICTER = [dict(logprobs=-1), dict(prompt_logprobs=-1), dict(seed=2**64), dict(top_k=2**64),
+            dict(max_tokens=2**64), dict(logit_bias={1: 1e308})]
 
 PROMPT_CASES = ["Hi", ["a", "b"], [1, 2, 3], [[1, 2], [3]], {"prompt": "x"}, {"prompt_token_ids": [4, 5]},
                 [{"prompt": "a"}, "b", {"prompt_token_ids": [5]}, [6, 7]], 42, {"foo": 1}, {"prompt": 5},
@@ -241,7 +244,7 @@ def test_logit_bias_and_allowed_token_ids_in_a_mixed_batch(tiny_gen_llm_eager):
     sps = [SamplingParams(temperature=0, max_tokens=5, ignore_eos=True, logit_bias={42: 100.0}),
            SamplingParams(temperature=1.0, max_tokens=5, ignore_eos=True, allowed_token_ids=[7, 8], seed=1),
            SamplingParams(temperature=0, max_tokens=5, ignore_eos=True),
-           SamplingParams(temperature=0, max_tokens=5, ignore_eos=True, logit_bias={1: -1e9, 42: 3.0})]
+           SamplingParams(temperature=0, max_tokens=5, ignore_eos=True, logit_bias={1: -100.0, 42: 3.0})]
     outs = [o.outputs[0].token_ids for o in tiny_gen_llm_eager.generate([[3, 4, 5]] * 4, sps, use_tqdm=False)]
     assert outs[0] == [42] * 5 and set(outs[1]) <= {7, 8}
     plain = tiny_gen_llm_eager.generate([[3, 4, 5]], sps[2], use_tqdm=False)[0].outputs[0].token_ids
@@ -447,10 +450,62 @@ def test_cli_takes_vllms_flags_and_value_forms():
     old = build_parser().parse_args(["serve", "--model", "/m"])              # --model is kept
     assert serve_options(old)[0]["model"] == "/m"
     with pytest.raises(ValueError, match="vllm serve"):
-        engine_args_from(build_parser().parse_args(["serve", "m", "--tensor-parallel-size", "2"]))
+        EngineArgs.from_cli_args(build_parser().parse_args(["serve", "m", "--tensor-parallel-size", "2"]))
 
 
 def test_bench_samples_like_vllms_benches():
     "vllm/benchmarks/throughput.py and latency.py: temperature 1.0, top_p 1.0, ignore_eos."
     sp = bench_sampling_params(32)
     assert (sp.temperature, sp.top_p, sp.ignore_eos, sp.max_tokens) == (1.0, 1.0, True, 32)
+
+
+# ---------------------------------------------------------------- LLMEngine: vLLM's step loop
+
+def test_llm_engine_step_loop_gives_what_llm_generate_gives(tiny_gen_path, tiny_gen_llm_eager):
+    from minivllm import LLMEngine
+    engine = LLMEngine.from_engine_args(EngineArgs(model=str(tiny_gen_path), num_gpu_blocks_override=32,
+                                                   max_model_len=128, enforce_eager=True, block_size=16))
+    sp = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
+    assert engine.add_request("a", [3, 4, 5], sp) == "a"
+    assert engine.add_request("b", {"prompt_token_ids": [6, 7]}, sp) == "b"
+    assert (engine.get_num_unfinished_requests(), engine.get_supported_tasks()) == (2, ("generate",))
+    with pytest.raises(ValueError, match="already in use"): engine.add_request("a", [1], sp)
+    with pytest.raises(TypeError, match="request_id must be a string"): engine.add_request(1, [1], sp)
+    finished, steps = {}, 0
+    while engine.has_unfinished_requests():
+        outs = engine.step()
+        assert sorted(o.request_id for o in outs) == ["a", "b"]        # cumulative: both, every step
+        finished |= {o.request_id: o.outputs[0].token_ids for o in outs if o.finished}
+        steps += 1
+    assert steps == 6                               # one prefill step samples the first token, 5 decodes
+    llm_outs = tiny_gen_llm_eager.generate([[3, 4, 5], [6, 7]], sp, use_tqdm=False)
+    assert [finished["a"], finished["b"]] == [o.outputs[0].token_ids for o in llm_outs]
+    metrics = {m.name: m for m in engine.get_metrics() if not m.labels.get("finished_reason")}
+    assert metrics["vllm:generation_tokens"].value == 12                 # stats on: EngineArgs' default
+    assert engine.apply_model(lambda model: model is engine.engine_core.get_model()) == [True]
+
+
+def test_llm_engine_abort_frees_blocks_at_once(tiny_gen_path):
+    from minivllm import LLMEngine
+    engine = LLMEngine.from_engine_args(EngineArgs(model=str(tiny_gen_path), num_gpu_blocks_override=32,
+                                                   max_model_len=128, enforce_eager=True, block_size=16,
+                                                   disable_log_stats=True))
+    pool = engine.engine_core.scheduler.kv_cache_manager.block_pool
+    free = pool.get_num_free_blocks()
+    engine.add_request("n2", [3] * 20, SamplingParams(n=2, temperature=1.0, seed=2**63 - 1, max_tokens=50,
+                                                      ignore_eos=True))
+    engine.step()
+    assert engine.get_num_unfinished_requests() == 2 and pool.get_num_free_blocks() < free
+    engine.abort_request("n2")                                       # the parent id: both children
+    assert not engine.has_unfinished_requests() and pool.get_num_free_blocks() == free
+    with pytest.raises(RuntimeError, match="disable_log_stats=False"): engine.get_metrics()
+
+
+def test_async_engine_args_and_cli_round_trip():
+    from minivllm import AsyncEngineArgs
+    from minivllm.utils import FlexibleArgumentParser
+    parser = AsyncEngineArgs.add_cli_args(FlexibleArgumentParser())
+    args = parser.parse_args(["--model", "m", "--max_num_seqs", "4", "--disable-prefix-caching"])
+    assert AsyncEngineArgs.from_cli_args(args) == AsyncEngineArgs(model="m", max_num_seqs=4,
+                                                                  enable_prefix_caching=False)
+    with pytest.raises(TypeError): AsyncEngineArgs(enable_log_requests=True)   # no request log here

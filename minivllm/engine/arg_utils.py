@@ -2,12 +2,14 @@
 
 # %% ../../nbs/21_engine_core.ipynb #40bd91bb
 from __future__ import annotations
-from dataclasses import dataclass, field
+import argparse
+from dataclasses import dataclass, field, fields
 from ..config import CacheConfig, SchedulerConfig
 from ..usage.usage_lib import UsageContext
+from ..utils.argparse_utils import human_readable_int, human_readable_int_or_auto
 
 # %% auto #0
-__all__ = ['GiB', 'EngineArgs', 'get_batch_defaults', 'default_block_size', 'batch_limits']
+__all__ = ['HUMAN_READABLE', 'GiB', 'EngineArgs', 'AsyncEngineArgs', 'get_batch_defaults', 'default_block_size', 'batch_limits']
 
 # %% ../../nbs/21_engine_core.ipynb #2fed3263
 def _arg(default, help: str):
@@ -66,6 +68,39 @@ class EngineArgs:
             self.num_gpu_blocks_override = self.num_gpu_blocks
         if not (isinstance(self.max_logprobs, int) and self.max_logprobs >= -1):
             raise ValueError(f"max_logprobs must be an int >= -1, got {self.max_logprobs!r}")
+
+    # %% ../../nbs/21_engine_core.ipynb #3f213936
+    @classmethod
+    def add_cli_args(cls, parser):
+        "One flag per field (vLLM's spelling, default and help), into `parser` or a group; returns it."
+        group = parser.add_argument_group(f"engine options ({cls.__name__})") \
+            if hasattr(parser, "parse_args") else parser     # vLLM's scripts pass either
+        for f in fields(cls):
+            flag, t = "--" + f.name.replace("_", "-"), HUMAN_READABLE.get(f.name, _flag_type(f.type))
+            kind = dict(action=argparse.BooleanOptionalAction) if t is None else dict(type=t)
+            group.add_argument(flag, default=f.default, help=f.metadata["help"], **kind)
+        return parser
+
+    # %% ../../nbs/21_engine_core.ipynb #3f213936
+    @classmethod
+    def from_cli_args(cls, args: argparse.Namespace) -> EngineArgs:
+        "The options of parsed flags (vLLM's); the namespace may hold other flags too."
+        return cls(**{f.name: getattr(args, f.name) for f in fields(cls)})
+
+# %% ../../nbs/21_engine_core.ipynb #3f213936
+HUMAN_READABLE = {"max_model_len": human_readable_int_or_auto,
+                  "max_num_batched_tokens": human_readable_int,
+                  "kv_cache_memory_bytes": human_readable_int}
+
+def _flag_type(annotation: str):
+    "The argparse type of a field, from its annotation (`int | None` -> int; a bool: None)."
+    for name, t in (("bool", None), ("int", int), ("float", float)):
+        if name in str(annotation).split(" | "): return t
+    return str
+
+@dataclass
+class AsyncEngineArgs(EngineArgs):
+    "`AsyncLLM`'s options (vLLM's name): `EngineArgs`' fields; vLLM adds `enable_log_requests`."
 
 # %% ../../nbs/21_engine_core.ipynb #b7c1d003
 GiB = 1 << 30

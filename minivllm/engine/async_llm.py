@@ -21,7 +21,7 @@ from ..core.sched.output import (EngineCoreOutput, LogprobsLists, PrefixCacheSta
 from ..metrics.loggers import StatLogger
 from ..metrics.reader import Metric
 from ..metrics.stats import IterationStats
-from .arg_utils import EngineArgs
+from .arg_utils import AsyncEngineArgs, EngineArgs
 from .core import (EngineCore, EngineInfo, build_engine_core, load_tokenizer,
                                   resolve_device, resolve_model_path, try_get_generation_config)
 from ..platforms.cpu import engine_process_env
@@ -399,6 +399,15 @@ class AsyncLLM:
     def get_tokenizer(self):
         "The Hugging Face tokenizer (`None` for a folder without one)."
         return self.tokenizer
+
+    # %% ../../nbs/24_async_llm.ipynb #9b2b938a
+    @classmethod
+    def from_engine_args(cls, engine_args: EngineArgs,
+                         usage_context: UsageContext = UsageContext.ENGINE_CONTEXT,
+                         **kwargs) -> AsyncLLM:
+        "The `AsyncLLM` of `engine_args` (vLLM's way in); `kwargs`: the front end's own options."
+        options = {f.name: getattr(engine_args, f.name) for f in fields(EngineArgs)}
+        return cls(options.pop("model"), usage_context=usage_context, **options, **kwargs)
 
     # %% ../../nbs/24_async_llm.ipynb #28be28a3
     def _start_engine(self, transport: str, engine_process_args: tuple,

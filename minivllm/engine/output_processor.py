@@ -150,7 +150,8 @@ class ParentRequest:
         "Child `index`'s request id and sampling parameters (`n=1`, seed + index when seeded)."
         child_id, seed = f"{index}_{self.request_id}", self.sampling_params.seed
         self.child_requests.add(child_id)
-        child_seed = None if seed is None else seed + index
+        # seed + index, wrapped into the 64 bits a seed has (2**63 - 1 + 1 is -2**63)
+        child_seed = None if seed is None else (seed + index + 2**63) % 2**64 - 2**63
         return child_id, replace(self.sampling_params, n=1, seed=child_seed)
 
     def get_outputs(self, child_request_id: str, completion: CompletionOutput,

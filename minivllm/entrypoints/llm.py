@@ -5,7 +5,6 @@
 # %% ../../nbs/23_llm.ipynb #2e352c25
 from __future__ import annotations
 import itertools
-from dataclasses import replace
 from pathlib import Path
 import torch
 from tqdm import tqdm   # a text bar: the same in a terminal and in a notebook
@@ -13,17 +12,13 @@ from ..request import Request
 from ..sampling_params import RequestOutputKind, SamplingParams
 from ..timeline import TimelineRecorder
 from ..engine.arg_utils import EngineArgs
-from ..engine.output_processor import OutputProcessor, ParentRequest
+from ..engine.llm_engine import LLMEngine
 from ..outputs import RequestOutput
-from ..metrics.stats import IterationStats
-from ..engine.core import (build_engine_core, get_diff_sampling_param, load_tokenizer,
-                                  resolve_model_path, try_get_generation_config)
-from ..metrics.loggers import StatLogger
+from ..engine.core import get_diff_sampling_param
 from ..usage.usage_lib import UsageContext
 from ..metrics.reader import Metric
 from ..inputs.llm import parse_prompts
-from ..engine.input_processor import (check_prompt, check_sampling_params, fan_out,
-                                             prepare_sampling_params)
+from ..renderers.chat_utils import parse_chat_messages, safe_apply_chat_template
 
 # %% auto #0
 __all__ = ['TIMELINE_MAX_RECORDS', 'per_prompt', 'LLM']
@@ -43,23 +38,15 @@ class LLM:
     def __init__(self, model: str | Path | None = None, **kwargs):
         kwargs.setdefault("disable_log_stats", True)           # vLLM's LLM default
         self.engine_args = EngineArgs(model=model, **kwargs)   # TypeError for an unknown option
-        args = self.engine_args
-        self.model_path = resolve_model_path(model)
-        self.tokenizer = load_tokenizer(Path(args.tokenizer or self.model_path),
-                                        args.trust_remote_code)
-        self.generation_config = try_get_generation_config(self.model_path, args.generation_config)
-        self.default_sampling_params: dict | None = None
-        eos = self.tokenizer.eos_token_id if self.tokenizer is not None else None
-        self.engine_core = build_engine_core(args, eos, UsageContext.LLM_CLASS)  # LLM's defaults
-        info = self.engine_core.info
+        self.llm_engine = LLMEngine.from_engine_args(self.engine_args, UsageContext.LLM_CLASS)
+        self.engine_core, self.tokenizer = self.llm_engine.engine_core, self.llm_engine.tokenizer
+        self.model_path, info = self.llm_engine.model_path, self.engine_core.info
         self.device, self.max_model_len = torch.device(info.device), info.max_model_len
-        self.eos_token_id, self.block_size = info.eos_token_id, info.block_size
+        self.block_size, self.model = info.block_size, self.engine_core.get_model()
         self.scheduler_config = self.engine_core.scheduler_config
         self.cache_config = self.engine_core.cache_config
-        self.model = self.engine_core.get_model()
-        self.output_processor = OutputProcessor(self.tokenizer)
+        self.default_sampling_params: dict | None = None
         self.request_counter = itertools.count()
-        self.stat_logger = None if args.disable_log_stats else StatLogger(self.model_path.name)
         self.timeline = TimelineRecorder(device=f"{self.device}, {self.model_path.name}",
                                          max_records=TIMELINE_MAX_RECORDS)
         self.engine_core.step_observers.append(self.timeline)
@@ -72,46 +59,34 @@ class LLM:
         "`SamplingParams` with the model's generation-config defaults (vLLM's method)."
         if self.default_sampling_params is None:
             self.default_sampling_params = get_diff_sampling_param(
-                self.generation_config, self.engine_args.generation_config)
+                self.llm_engine.generation_config, self.engine_args.generation_config)
         return SamplingParams.from_optional(**self.default_sampling_params)
 
     def reset_prefix_cache(self, reset_running_requests: bool = False) -> bool:
         "Forget every cached prefix block; False while requests still hold blocks (vLLM's)."
-        return self.engine_core.reset_prefix_cache(reset_running_requests)
-
-    # %% ../../nbs/23_llm.ipynb #5e389787
-    def _tokenize(self, i: int, prompt: dict) -> list[int]:
-        "Token ids of prompt `i` (text goes through the tokenizer), checked against the model."
-        vocab_size = self.engine_core.info.vocab_size
-        ids = prompt["prompt_token_ids"]
-        return check_prompt(self.tokenizer, prompt["prompt"] if ids is None else ids, vocab_size,
-                            self.max_model_len, f"prompt {i}")
+        return self.llm_engine.reset_prefix_cache(reset_running_requests)
 
     # %% ../../nbs/23_llm.ipynb #5e389787
     def _add_requests(self, prompts, sampling_params, priority) -> list[str]:
-        "Validate every prompt and parameter, then add each prompt's engine requests; their ids."
+        "Check and complete every request first (none is added if one is wrong), then add them all."
         prompts = parse_prompts(prompts)
         if sampling_params is None: sampling_params = self.get_default_sampling_params()
         params = per_prompt(sampling_params, len(prompts), "sampling_params")
-        vocab_size, max_logprobs = self.engine_core.info.vocab_size, self.engine_args.max_logprobs
-        for p in params: check_sampling_params(p, self.tokenizer, vocab_size, max_logprobs)
         priorities = per_prompt(0 if priority is None else priority, len(prompts), "priority")
-        if any(priorities) and self.scheduler_config.policy != "priority":
-            raise ValueError("priority was given but scheduling_policy is not 'priority'")
-        token_ids = [self._tokenize(i, p) for i, p in enumerate(prompts)]
-        params = [prepare_sampling_params(replace(sp, output_kind=RequestOutputKind.FINAL_ONLY),
-                                          len(ids), self.max_model_len, self.tokenizer,
-                                          self.generation_config, self.eos_token_id)
-                  for sp, ids in zip(params, token_ids)]     # LLM reports once per request, as vLLM's
-        request_ids = []
-        for prompt, ids, sp, prio in zip(prompts, token_ids, params, priorities):
-            request_ids.append(rid := str(next(self.request_counter)))
-            for child_id, child_sp, parent, index in fan_out(rid, sp):
-                request = Request(child_id, ids, child_sp, eos_token_id=self.eos_token_id,
-                                  priority=prio)
-                self.output_processor.add_request(request, prompt["prompt"], parent, index)
-                self.engine_core.add_request(request)
-        return request_ids
+        requests = [self._process(i, *request)
+                    for i, request in enumerate(zip(prompts, params, priorities))]
+        for request, text in requests: self.llm_engine.add_processed_request(request, text)
+        return [request.request_id for request, _ in requests]
+
+    # %% ../../nbs/23_llm.ipynb #5e389787
+    def _process(self, i: int, prompt: dict, params, priority) -> tuple[Request, str | None]:
+        "Prompt `i`'s engine request, reported once, when finished (vLLM's `LLM` does the same)."
+        try:
+            request, text = self.llm_engine.process_inputs(str(next(self.request_counter)), prompt,
+                                                           params, priority=priority)
+        except (ValueError, TypeError) as e: raise type(e)(f"prompt {i}: {e}") from e
+        request.sampling_params.output_kind = RequestOutputKind.FINAL_ONLY   # the request's own copy
+        return request, text
 
     # %% ../../nbs/23_llm.ipynb #e46e6b4c
     def _run_engine(self, request_ids: list[str], use_tqdm: bool = True) -> list[RequestOutput]:
@@ -121,26 +96,17 @@ class LLM:
                    disable=not use_tqdm)
         with tqdm(**bar) as pbar:
             try:
-                while self.engine_core.has_unfinished_requests():
-                    outputs, _ = self.engine_core.step_fn()   # step(), or chapter 06's batch queue
-                    it = None if self.stat_logger is None else IterationStats()
-                    processed = self.output_processor.process_outputs(outputs.outputs, it)
-                    if it is not None: self.stat_logger.record(outputs.scheduler_stats, it)
-                    if processed.reqs_to_abort: self.engine_core.abort_requests(processed.reqs_to_abort)
-                    for out in processed.request_outputs:
+                while self.llm_engine.has_unfinished_requests():
+                    for out in self.llm_engine.step():     # finished requests only (FINAL_ONLY)
                         finished[out.request_id] = out
                         prompt_tokens += len(out.prompt_token_ids)
                         output_tokens += sum(len(c.token_ids) for c in out.outputs)
                         pbar.update(1)
                         pbar.set_postfix_str(_speed_postfix(pbar, prompt_tokens, output_tokens))
             except BaseException:
-                self._abort([rid for rid in request_ids if rid not in finished]); raise
+                self.llm_engine.abort_request([rid for rid in request_ids if rid not in finished])
+                raise
         return [finished[rid] for rid in request_ids]
-
-    # %% ../../nbs/23_llm.ipynb #e46e6b4c
-    def _abort(self, request_ids: list[str]) -> None:
-        "Forget requests (and their children) in the output processor and abort them in the engine."
-        self.engine_core.abort_requests(self.output_processor.abort_requests(request_ids))
 
     # %% ../../nbs/23_llm.ipynb #3d8e7f3b
     def generate(self, prompts,
@@ -151,27 +117,30 @@ class LLM:
 
     # %% ../../nbs/23_llm.ipynb #a28912df
     def get_metrics(self) -> list[Metric]:
-        "vLLM's metrics so far: `Counter`, `Gauge` and `Histogram` objects with vLLM's names."
-        if self.stat_logger is None:
-            raise RuntimeError("stat logging is disabled (LLM's default, as in vLLM); "
-                               "build LLM(..., disable_log_stats=False) to collect metrics")
-        return self.stat_logger.get_metrics()
+        "vLLM's metrics so far: the engine's `Counter`, `Gauge` and `Histogram` objects."
+        return self.llm_engine.get_metrics()
 
     # %% ../../nbs/23_llm.ipynb #c207d710
     def chat(self, messages: list[dict] | list[list[dict]], sampling_params=None, *,
-             use_tqdm: bool = True, add_generation_prompt: bool = True) -> list[RequestOutput]:
+             use_tqdm: bool = True, priority: int | list[int] | None = None,
+             chat_template: str | None = None, add_generation_prompt: bool = True,
+             continue_final_message: bool = False, chat_template_kwargs: dict | None = None
+             ) -> list[RequestOutput]:
         "Generate the assistant's reply to one conversation or to each of a list of conversations."
-        if self.tokenizer is None or not getattr(self.tokenizer, "chat_template", None):
-            raise ValueError(f"{self.model_path} has no tokenizer with a chat template")
-        conversations = [messages] if messages and isinstance(messages[0], dict) else list(messages)
-        prompts = [self.tokenizer.apply_chat_template(c, tokenize=False,
-                                                      add_generation_prompt=add_generation_prompt)
-                   for c in conversations]
+        one = isinstance(messages, (list, tuple)) and bool(messages) and isinstance(messages[0], dict)
+        conversations = [messages] if one else messages
+        if not isinstance(conversations, (list, tuple)) or not conversations:
+            raise ValueError("messages must be a conversation (a list of message dicts) or a list "
+                             f"of them, got {messages!r:.80}")
+        prompts = [safe_apply_chat_template(
+                       self.tokenizer, parse_chat_messages(c, "messages" if one else f"messages[{i}]"),
+                       chat_template, add_generation_prompt, continue_final_message,
+                       chat_template_kwargs) for i, c in enumerate(conversations)]
         # the template already has the special tokens
         token_ids = [self.tokenizer.encode(p, add_special_tokens=False) for p in prompts]
-        outputs = self.generate(token_ids, sampling_params, use_tqdm=use_tqdm)
-        for out, prompt in zip(outputs, prompts): out.prompt = prompt
-        return outputs
+        return self.generate([{"prompt": p, "prompt_token_ids": ids} for p, ids in
+                              zip(prompts, token_ids)], sampling_params, use_tqdm=use_tqdm,
+                             priority=priority)
 
 # %% ../../nbs/23_llm.ipynb #e46e6b4c
 def _speed_postfix(pbar, prompt_tokens: int, output_tokens: int) -> str:

@@ -16,6 +16,11 @@ class Counter(Metric):
     value: int
 
 @dataclass
+class Vector(Metric):
+    "An ordered list of counters (vLLM's, for `vllm:spec_decode_num_accepted_tokens_per_pos`)."
+    values: list[int]
+
+@dataclass
 class Gauge(Metric):
     "A value that goes up and down."
     value: float
@@ -28,4 +33,4 @@ class Histogram(Metric):
     buckets: dict[str, int]
 
 # %% auto #0
-__all__ = ['Metric', 'Counter', 'Gauge', 'Histogram']
+__all__ = ['Metric', 'Counter', 'Vector', 'Gauge', 'Histogram']

@@ -118,12 +118,14 @@ class InputBatch:
     def _set_sampling_row(self, row: int, sp: SamplingParams,
                           generator: torch.Generator | None):
         "Copy one request's sampling parameters into row `row`."
-        self.temperature[row], self.top_p[row], self.top_k[row] = sp.temperature, sp.top_p, sp.top_k
+        # a k of at least the vocabulary keeps every token: top-k off, as in vLLM's batch
+        top_k = sp.top_k if sp.top_k < (self.vocab_size or np.iinfo(np.int32).max) else 0
+        self.temperature[row], self.top_p[row], self.top_k[row] = sp.temperature, sp.top_p, top_k
         self.min_p[row] = sp.min_p
         self.presence_penalties[row] = sp.presence_penalty
         self.frequency_penalties[row] = sp.frequency_penalty
         self.repetition_penalties[row] = sp.repetition_penalty
-        self.min_tokens[row] = sp.min_tokens
+        self.min_tokens[row] = min(sp.min_tokens, self.max_model_len)   # no request runs longer
         self.num_logprobs[row] = -1 if sp.logprobs is None else sp.logprobs
         stop = set(sp.stop_token_ids or ())
         if self.eos_token_id is not None: stop.add(self.eos_token_id)
