@@ -26,7 +26,7 @@ from ..outputs import RequestOutput
 from ..sampling_params import RequestOutputKind
 from ..inputs.llm import TextPrompt, TokensPrompt, parse_prompt
 from .input_processor import check_prompt, check_sampling_params, fan_out, prepare_sampling_params
-__all__ = ['POLL_INTERVAL_MS', 'MAX_FAILED_STEPS', 'OUTPUT_LINGER_MS', 'HEARTBEAT_INTERVAL_S', 'HEARTBEAT_TIMEOUT_S', 'MAX_LOGPROBS', 'MAX_N', 'INT64_MIN', 'INT64_MAX', 'FLOAT_FIELDS', 'INT_FIELDS', 'EngineCoreRequestType', 'EngineDeadError', 'EngineRequestError', 'bind_socket', 'params_to_wire', 'params_from_wire', 'request_to_wire', 'request_from_wire', 'output_to_wire', 'output_from_wire', 'encode_request', 'decode_request', 'EngineCoreProc', 'decode_or_error', 'make_engine_core', 'run_engine_core', 'RequestOutputCollector', 'AsyncLLM', 'stats_from_wire', 'check_request_params']
+__all__ = ['POLL_INTERVAL_MS', 'MAX_FAILED_STEPS', 'OUTPUT_LINGER_MS', 'HEARTBEAT_INTERVAL_S', 'HEARTBEAT_TIMEOUT_S', 'MAX_LOGPROBS', 'MAX_N', 'log', 'INT64_MIN', 'INT64_MAX', 'FLOAT_FIELDS', 'INT_FIELDS', 'EngineCoreRequestType', 'EngineDeadError', 'EngineRequestError', 'bind_socket', 'params_to_wire', 'params_from_wire', 'request_to_wire', 'request_from_wire', 'output_to_wire', 'output_from_wire', 'encode_request', 'decode_request', 'EngineCoreProc', 'decode_or_error', 'make_engine_core', 'run_engine_core', 'RequestOutputCollector', 'AsyncLLM', 'stats_from_wire', 'check_request_params']
 
 class EngineCoreRequestType(bytes, Enum):
     """First frame of a front end -> engine message (vLLM's `EngineCoreRequestType`; SHUTDOWN: ours)."""
@@ -174,11 +174,12 @@ class RequestOutputCollector:
 HEARTBEAT_TIMEOUT_S = 5.0
 MAX_LOGPROBS = 20
 MAX_N = 128
+log = logging.getLogger('minivllm')
 
 class AsyncLLM:
     """Streaming front end: tokenise, send to an `EngineCoreProc` process, yield `RequestOutput`s."""
 
-    def __init__(self, model: str | Path | None=None, *, transport: str='ipc', startup_timeout: float=600, record_timeline: bool=False, heartbeat_timeout: float=HEARTBEAT_TIMEOUT_S, max_logprobs: int=MAX_LOGPROBS, usage_context: UsageContext=UsageContext.ENGINE_CONTEXT, **engine_kwargs):
+    def __init__(self, model: str | Path | None=None, *, transport: str='ipc', startup_timeout: float=600, record_timeline: bool=False, heartbeat_timeout: float=HEARTBEAT_TIMEOUT_S, engine_stall_timeout: float | None=None, max_logprobs: int=MAX_LOGPROBS, usage_context: UsageContext=UsageContext.ENGINE_CONTEXT, **engine_kwargs):
         ...
 
     @property
@@ -192,7 +193,11 @@ class AsyncLLM:
         ...
 
     def check_health(self) -> None:
-        """Raise the `EngineDeadError` once the engine died or froze (vLLM's `check_health`)."""
+        """Raise the `EngineDeadError` once the engine died (vLLM's `check_health`)."""
+        ...
+
+    def stalled_for(self) -> float | None:
+        """Seconds the engine has been silent, once that is past `heartbeat_timeout`; else None."""
         ...
 
     def get_tokenizer(self):
@@ -209,6 +214,14 @@ class AsyncLLM:
 
     def _process_outputs(self: AsyncLLM) -> None:
         """Output thread: dispatch every message from the engine until shutdown or engine death."""
+        ...
+
+    def _heard(self: AsyncLLM) -> None:
+        """A message from the engine: it lives; a stall the log reported is over."""
+        ...
+
+    def _stalled(self: AsyncLLM, silent: float) -> None:
+        """The engine is silent: say so once; past `engine_stall_timeout` (if set) it is dead."""
         ...
 
     def get_metrics(self: AsyncLLM) -> list[Metric]:

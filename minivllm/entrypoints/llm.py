@@ -60,7 +60,8 @@ class LLM:
         self.model = self.engine_core.get_model()
         self.output_processor = OutputProcessor(self.tokenizer)
         self.request_counter = itertools.count()
-        self.stat_logger = None if args.disable_log_stats else StatLogger(self.model_path.name)
+        self.stat_logger = (None if args.disable_log_stats
+                            else StatLogger(self.model_path.name, self.max_model_len))
         self.timeline = TimelineRecorder(device=f"{self.device}, {self.model_path.name}",
                                          max_records=TIMELINE_MAX_RECORDS)
         self.engine_core.step_observers.append(self.timeline)
