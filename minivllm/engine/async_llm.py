@@ -598,15 +598,15 @@ async def add_request(self: AsyncLLM, request_id: str,
     if isinstance(prompt, dict):      # vLLM's TextPrompt or TokensPrompt
         parsed = parse_prompt(prompt)
         text, prompt_token_ids = parsed["prompt"], parsed["prompt_token_ids"]
-    if prompt_token_ids is None:   # the tokenizer thread: the event loop keeps serving others
-        loop = asyncio.get_running_loop()
+    loop = asyncio.get_running_loop()   # tokenising runs in the tokenizer thread: the event
+    if prompt_token_ids is None:        # loop keeps serving others meanwhile
         prompt_token_ids = await loop.run_in_executor(self.tokenizer_executor,
                                                       self.tokenize_prompt, text)
     else: prompt_token_ids = self.tokenize_prompt(prompt_token_ids)
     eos = self.engine_info.eos_token_id   # max_tokens=None, bad_words, the model's extra EOS
-    sampling_params = prepare_sampling_params(sampling_params, len(prompt_token_ids),
-                                              self.max_model_len, self.tokenizer,
-                                              self.generation_config, eos)
+    sampling_params = await loop.run_in_executor(self.tokenizer_executor, partial(   # bad_words
+        prepare_sampling_params, sampling_params, len(prompt_token_ids), self.max_model_len,
+        self.tokenizer, self.generation_config, eos))
     self.check_health()
     collector = RequestOutputCollector(asyncio.get_running_loop())
     with self.processor_lock:

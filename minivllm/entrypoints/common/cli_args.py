@@ -11,7 +11,7 @@ def _flag(default, help: str):
 
 @dataclass
 class FrontendArgs:
-    "The server's own options (vLLM's `FrontendArgs`): where it listens, whom it trusts, its bounds."
+    "The server's options (vLLM's `FrontendArgs`): where it listens, whom it trusts, its bounds."
     host: str = _flag("127.0.0.1", "interface to listen on")
     port: int = _flag(8000, "port to listen on")
     api_key: str | None = _flag(None, "require this key (Bearer token) on the /v1 routes")

@@ -52,7 +52,7 @@ ERROR_TYPES = {400: "BadRequestError", 404: "NotFoundError", 500: "InternalServe
                501: "NotImplementedError", 503: "ServiceUnavailableError"}   # vLLM's names
 
 def error_response(message: str, status_code: int = 400, param: str | None = None) -> Response:
-    "An OpenAI-style error body (vLLM's `ErrorResponse`); other statuses take HTTP's phrase as type."
+    "An OpenAI-style error body (vLLM's `ErrorResponse`); unnamed statuses: HTTP's phrase as type."
     err_type = ERROR_TYPES.get(status_code) or HTTPStatus(status_code).phrase
     error = {"message": message, "type": err_type, "param": param, "code": status_code}
     return Response(json.dumps({"error": error}), status_code, media_type="application/json")
@@ -680,7 +680,7 @@ def _state(raw_request: HTTPRequest) -> tuple[AsyncLLM, str]:
 
 @router.get("/health")
 async def health(raw_request: HTTPRequest):
-    "200 while the engine lives and answers; 503 once it died, or while it stalls (saying how long)."
+    "200 while the engine lives and answers; 503 once it died, or while it stalls (and how long)."
     async_llm, _ = _state(raw_request)
     try: async_llm.check_health()
     except EngineDeadError: return error_response("the engine is not running", 503)
@@ -1006,7 +1006,7 @@ class BodySizeLimit:
 
 def build_app(async_llm: AsyncLLM, model_name: str | None = None, args: FrontendArgs | None = None,
               **options) -> FastAPI:
-    "The app serving `async_llm` as `model_name` (the folder's, by default); `options`: `args`' fields."
+    "The app serving `async_llm` as `model_name` (default: its folder's); `options`: `args` fields."
     args = replace(args or FrontendArgs(), **options)
     app = FastAPI(title="minivllm", lifespan=lifespan,
                   description="OpenAI-compatible API over minivllm's AsyncLLM")
@@ -1043,7 +1043,7 @@ def log_to_stderr(level: int = logging.INFO) -> None:
     log.setLevel(level)
 
 def serve(model: str | None = None, model_name: str | None = None, **options) -> None:
-    "Serve `model` until interrupted or the engine dies; `options`: `FrontendArgs`', then the engine's."
+    "Serve `model` until interrupted or its engine dies; `options`: `FrontendArgs`, else AsyncLLM."
     names = {f.name for f in fields(FrontendArgs)}
     args = FrontendArgs(**{k: v for k, v in options.items() if k in names})
     engine_kwargs = {k: v for k, v in options.items() if k not in names}
