@@ -336,8 +336,9 @@ def test_lone_surrogates_are_400s_naming_where(checked):
     for endpoint, raw, param in SURROGATES:
         error = error_of(post(url, endpoint, content=raw))
         assert error["param"] == param, (raw, error)
-    # the model name is checked like any other field; a valid pair (an emoji, escaped) is text
-    assert error_of(post(url, "v1/completions", content=rb'{"prompt": "hi", "model": "\ud800"}'))["param"] == "model"
+    # a model of any name but the served one is a 404; a valid pair (an emoji, escaped) is text
+    unknown = post(url, "v1/completions", content=rb'{"prompt": "hi", "model": "\ud800"}')
+    assert error_of(unknown, 404)["param"] == "model"
     assert post(url, "v1/completions", content=rb'{"prompt": "\ud83e\udd99", "max_tokens": 2}').status_code == 200
 
 

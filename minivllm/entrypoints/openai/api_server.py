@@ -170,7 +170,8 @@ async def read_json(raw_request: HTTPRequest):
     try: data = json.loads(raw)
     except RecursionError: raise ParamError("malformed JSON body: nested too deeply", "body")
     except ValueError as e: raise ParamError(f"malformed JSON body: {e}", "body")  # bad UTF-8 too
-    if SURROGATE_ESCAPE.search(raw) and (where := find_lone_surrogate(data)) is not None:
+    named = {k: v for k, v in data.items() if k != "model"} if isinstance(data, dict) else data
+    if SURROGATE_ESCAPE.search(raw) and (where := find_lone_surrogate(named)) is not None:
         raise ParamError(f"{where}: holds a lone UTF-16 surrogate (\\ud800-\\udfff), which is "
                          "not a character; send valid Unicode text", where)
     state = raw_request.app.state
