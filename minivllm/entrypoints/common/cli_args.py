@@ -3,11 +3,8 @@
 # %% ../../../nbs/25_api_server.ipynb #w25b02
 from __future__ import annotations
 import argparse
-from dataclasses import dataclass, field, fields
-
-def _flag(default, help: str):
-    "A field with its default and the line `--help` shows for it."
-    return field(default=default, metadata={"help": help})
+from dataclasses import dataclass, fields
+from ...engine.arg_utils import _arg as _flag   # a field, its default, its `--help` line
 
 @dataclass
 class FrontendArgs:
