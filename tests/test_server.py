@@ -497,7 +497,7 @@ def test_api_key(tiny_server):
     with serve_in_thread(build_app(async_llm, "tiny", api_key="sesame")) as url:
         body = {"prompt": [1, 2], "max_tokens": 2}
         r = httpx.post(f"{url}/v1/completions", json=body)
-        assert (r.status_code, r.json()) == (401, {"error": "Unauthorized"})
+        assert (r.status_code, r.json()["error"]["message"], r.json()["error"]["code"]) == (401, "Unauthorized", 401)
         assert httpx.post(f"{url}/v1/completions", json=body,
                           headers={"Authorization": "Bearer wrong"}).status_code == 401
         assert httpx.post(f"{url}/v1/completions", json=body,
@@ -531,17 +531,21 @@ def test_skip_special_tokens_reaches_the_engine(smollm2_server):
 
 
 # ---------------------------------------------------------------- issue 20: the CLI's server and timeline commands
-def test_cli_serve_passes_api_key_and_keep_alive():
-    import inspect
+def test_cli_serve_passes_every_server_option():
+    "`minivllm serve`'s server flags are FrontendArgs' fields; serve() takes them (and hands the rest to the engine)."
+    from dataclasses import fields
     from minivllm.entrypoints.cli.main import build_parser, serve_options
-    from minivllm.entrypoints.openai.api_server import serve
+    from minivllm.entrypoints.common.cli_args import FrontendArgs
     args = build_parser().parse_args(["serve", "/m", "--api-key", "k", "--keep-alive-on-engine-death",
-                                      "--trust-request-chat-template"])
-    server, _ = serve_options(args)
-    assert (server["api_key"], server["keep_alive_on_engine_death"], server["trust_request_chat_template"]) == \
-        ("k", True, True)
-    assert set(server) <= set(inspect.signature(serve).parameters)   # serve takes every option the CLI passes
-    assert "keep_alive_on_engine_death" not in serve_options(build_parser().parse_args(["serve", "/m"]))[0]
+                                      "--trust-request-chat-template", "--engine-stall-timeout", "600",
+                                      "--max-stop-strings", "8", "--max-model-len", "512"])
+    server, engine = serve_options(args)
+    assert (server["api_key"], server["keep_alive_on_engine_death"], server["trust_request_chat_template"],
+            server["engine_stall_timeout"], server["max_stop_strings"], engine["max_model_len"]) == \
+        ("k", True, True, 600.0, 8, 512)
+    assert set(server) - {"model", "model_name"} == {f.name for f in fields(FrontendArgs)}
+    defaults = serve_options(build_parser().parse_args(["serve", "/m"]))[0]
+    assert {k: v for k, v in defaults.items() if k not in ("model", "model_name")} == vars(FrontendArgs())
 
 
 def test_cli_timeline_draws_a_recorded_vllm_run(tmp_path, capsys):
@@ -563,3 +567,54 @@ def test_continuous_usage_stats(tiny_server):
     lines = [json.loads(line[6:]) for line in httpx.post(f"{url}/v1/completions", json=body, timeout=60).text.splitlines()
              if line.startswith("data: {")]
     assert [chunk["usage"]["completion_tokens"] for chunk in lines] == [1, 2, 3, 3]
+
+
+# ---------------------------------------------------------------- issue 50: roles, ignored fields, vLLM's routes
+def test_any_role_the_template_renders(smollm2_server):
+    "vLLM accepts any role string; the chat template decides (SmolLM2's renders `<|im_start|>ROLE`)."
+    url = smollm2_server.url
+    messages = [{"role": "narrator", "content": "Once upon a time."}, {"role": "user", "content": "Go on."}]
+    r = _post(url, {"messages": messages, "max_tokens": 3}, "chat/completions")
+    assert r.status_code == 200 and r.json()["choices"][0]["message"]["role"] == "assistant", r.text
+    ids = httpx.post(f"{url}/tokenize", json={"messages": messages}).json()["tokens"]
+    assert "<|im_start|>narrator" in smollm2_server.async_llm.get_tokenizer().decode(ids)
+
+
+def test_fields_nobody_reads_are_named_in_the_log(tiny_server, caplog):
+    "vLLM's log lines: its removed guided_* fields (output NOT constrained) and any other unknown field."
+    url = tiny_server.url
+    with caplog.at_level("WARNING", logger="minivllm.api_server"):
+        assert _post(url, {"prompt": [1, 2], "max_tokens": 2, "guided_json": {"type": "object"},
+                           "my_field": 1}).status_code == 200
+    assert "guided_json" in caplog.text and "will NOT be constrained" in caplog.text
+    assert "present in the request but ignored: ['my_field']" in caplog.text
+
+
+# vLLM 0.33's api_server for a text model (vllm/entrypoints/launchers/api_server/routers.py: the serve, models,
+# decisions, SageMaker, generate, elastic-EP and scale-out routers; dev-mode and pooling routers not included)
+VLLM_ROUTES = [("GET", "/health"), ("GET", "/load"), ("GET", "/version"), ("GET", "/kv_event_sources"),
+               ("GET", "/metrics"), ("POST", "/tokenize"), ("POST", "/detokenize"), ("GET", "/v1/models"),
+               ("POST", "/v1/systemone"), ("POST", "/v1/decisions"), ("GET", "/ping"), ("POST", "/ping"),
+               ("POST", "/invocations"), ("POST", "/v1/chat/completions"), ("POST", "/v1/chat/completions/batch"),
+               ("POST", "/v1/responses"), ("GET", "/v1/responses/r1"), ("POST", "/v1/responses/r1/cancel"),
+               ("POST", "/v1/completions"), ("POST", "/v1/messages"), ("POST", "/v1/messages/count_tokens"),
+               ("POST", "/generative_scoring"), ("POST", "/scale_elastic_ep"), ("POST", "/is_scaling_elastic_ep"),
+               ("POST", "/v1/chat/completions/render"), ("POST", "/v1/completions/render"),
+               ("POST", "/v1/messages/render"), ("POST", "/v1/responses/render"),
+               ("POST", "/v1/chat/completions/derender"), ("POST", "/v1/completions/derender"),
+               ("POST", "/inference/v1/generate"), ("POST", "/inference/v1/abort_requests"), ("POST", "/abort_requests")]
+
+
+def test_every_vllm_route_is_served_or_says_why_not(tiny_server):
+    url = tiny_server.url
+    bodies = {"/tokenize": {"prompt": "x"}, "/detokenize": {"tokens": [1]}, "/invocations": {"prompt": [1, 2], "max_tokens": 2},
+              "/v1/completions": {"prompt": [1, 2], "max_tokens": 2}}
+    for method, route in VLLM_ROUTES:
+        r = httpx.request(method, f"{url}{route}", json=bodies.get(route, {}), timeout=60)
+        assert r.status_code != 404, (method, route)
+        if r.status_code >= 400:
+            error = r.json()["error"]
+            assert set(error) == {"message", "type", "param", "code"} and error["code"] == r.status_code, error
+        if r.status_code == 501: assert route in r.json()["error"]["message"], r.text
+    assert httpx.post(f"{url}/invocations", json={"prompt": [1, 2], "max_tokens": 2}).json()["object"] == "text_completion"
+    assert httpx.get(f"{url}/load").json() == {"server_load": 0}

@@ -35,11 +35,11 @@ from .input_processor import (check_prompt, check_sampling_params, fan_out,
 
 # %% auto #0
 __all__ = ['POLL_INTERVAL_MS', 'MAX_FAILED_STEPS', 'OUTPUT_LINGER_MS', 'HEARTBEAT_INTERVAL_S', 'HEARTBEAT_TIMEOUT_S',
-           'MAX_LOGPROBS', 'MAX_N', 'INT64_MIN', 'INT64_MAX', 'FLOAT_FIELDS', 'INT_FIELDS', 'EngineCoreRequestType',
-           'EngineDeadError', 'EngineRequestError', 'bind_socket', 'params_to_wire', 'params_from_wire',
-           'request_to_wire', 'request_from_wire', 'output_to_wire', 'output_from_wire', 'encode_request',
-           'decode_request', 'EngineCoreProc', 'decode_or_error', 'make_engine_core', 'run_engine_core',
-           'RequestOutputCollector', 'AsyncLLM', 'stats_from_wire', 'check_request_params']
+           'MAX_LOGPROBS', 'MAX_N', 'log', 'INT64_MIN', 'INT64_MAX', 'FLOAT_FIELDS', 'INT_FIELDS',
+           'EngineCoreRequestType', 'EngineDeadError', 'EngineRequestError', 'bind_socket', 'params_to_wire',
+           'params_from_wire', 'request_to_wire', 'request_from_wire', 'output_to_wire', 'output_from_wire',
+           'encode_request', 'decode_request', 'EngineCoreProc', 'decode_or_error', 'make_engine_core',
+           'run_engine_core', 'RequestOutputCollector', 'AsyncLLM', 'stats_from_wire', 'check_request_params']
 
 # %% ../../nbs/24_async_llm.ipynb #ad6110ec
 class EngineCoreRequestType(bytes, Enum):
@@ -344,15 +344,17 @@ class RequestOutputCollector:
         return item
 
 # %% ../../nbs/24_async_llm.ipynb #5b7d466a
-HEARTBEAT_TIMEOUT_S = 5.0   # no message from the engine for this long: it is frozen, hence dead
+HEARTBEAT_TIMEOUT_S = 5.0   # no message from the engine for this long: a stall (/health 503)
 MAX_LOGPROBS = 20           # top tokens per position, at most (vLLM's default max_logprobs)
 MAX_N = 128                 # completions per request (vLLM's VLLM_MAX_N_SEQUENCES is 16384)
+log = logging.getLogger("minivllm")
 
 class AsyncLLM:
     "Streaming front end: tokenise, send to an `EngineCoreProc` process, yield `RequestOutput`s."
     def __init__(self, model: str | Path | None = None, *, transport: str = "ipc",
                  startup_timeout: float = 600, record_timeline: bool = False,
-                 heartbeat_timeout: float = HEARTBEAT_TIMEOUT_S, max_logprobs: int = MAX_LOGPROBS,
+                 heartbeat_timeout: float = HEARTBEAT_TIMEOUT_S,
+                 engine_stall_timeout: float | None = None, max_logprobs: int = MAX_LOGPROBS,
                  usage_context: UsageContext = UsageContext.ENGINE_CONTEXT, **engine_kwargs):
         self.model_path = resolve_model_path(model)
         # a TypeError for an unknown option, before any process starts
@@ -369,13 +371,15 @@ class AsyncLLM:
         self.closing = False
         self.input_lock = threading.Lock()
         self.heartbeat_timeout, self.max_logprobs = heartbeat_timeout, max_logprobs
-        # vLLM's metrics, summed from every step's stats (chapter 23's StatLogger)
-        self.stat_logger = StatLogger(self.model_path.name)
+        self.engine_stall_timeout = engine_stall_timeout   # None: a stall is never fatal
+        self.stalled_since: float | None = None            # the silence the log reported
         # a long prompt is tokenised off the event loop: one thread, like vLLM's tokenizer pool
         self.tokenizer_executor = concurrent.futures.ThreadPoolExecutor(1, "tokenizer")
         eos = self.tokenizer.eos_token_id if self.tokenizer is not None else None
         self._start_engine(transport, (engine_args, eos, record_timeline, usage_context),
                            startup_timeout)
+        # vLLM's metrics, summed from every step's stats (chapter 23's StatLogger)
+        self.stat_logger = StatLogger(self.model_path.name, self.max_model_len)
         self.last_heard = time.monotonic()
         self.output_thread = threading.Thread(target=self._process_outputs, daemon=True,
                                               name="AsyncLLMOutput")
@@ -393,8 +397,13 @@ class AsyncLLM:
         return len(self.output_processor.request_states)
 
     def check_health(self) -> None:
-        "Raise the `EngineDeadError` once the engine died or froze (vLLM's `check_health`)."
+        "Raise the `EngineDeadError` once the engine died (vLLM's `check_health`)."
         if self.errored is not None: raise self.errored
+
+    def stalled_for(self) -> float | None:
+        "Seconds the engine has been silent, once that is past `heartbeat_timeout`; else None."
+        silent = time.monotonic() - self.last_heard
+        return silent if silent > self.heartbeat_timeout and not self.closing else None
 
     def get_tokenizer(self):
         "The Hugging Face tokenizer (`None` for a folder without one)."
@@ -448,16 +457,34 @@ class AsyncLLM:
         "Output thread: dispatch every message from the engine until shutdown or engine death."
         while not self.closed:
             if self.output_socket.poll(POLL_INTERVAL_MS):
-                self.last_heard = time.monotonic()
+                self._heard()
                 self._dispatch(msgpack.unpackb(self.output_socket.recv()))
             elif not self.proc.is_alive() and not self.closed:
                 self._fail(EngineDeadError(f"engine process exited with code {self.proc.exitcode}"))
-            elif time.monotonic() - self.last_heard > self.heartbeat_timeout and not self.closing:
-                silent = time.monotonic() - self.last_heard
-                self._fail(EngineDeadError(f"engine process stopped responding (no heartbeat for "
-                                           f"{silent:.1f} s); it was killed"))
-                self.proc.kill()   # frozen (SIGSTOP, a hung driver): it must not hold the GPU
+            elif (silent := self.stalled_for()) is not None: self._stalled(silent)
             if self.errored is not None: return
+
+    # %% ../../nbs/24_async_llm.ipynb #08e9894d
+    def _heard(self) -> None:
+        "A message from the engine: it lives; a stall the log reported is over."
+        self.last_heard = time.monotonic()
+        if self.stalled_since is not None:
+            log.info("engine resumed after %.1f s without a heartbeat",
+                     self.last_heard - self.stalled_since)
+            self.stalled_since = None
+
+    # %% ../../nbs/24_async_llm.ipynb #08e9894d
+    def _stalled(self, silent: float) -> None:
+        "The engine is silent: say so once; past `engine_stall_timeout` (if set) it is dead."
+        if self.stalled_since is None:
+            self.stalled_since = self.last_heard
+            log.warning("engine sent no heartbeat for %.1f s: stalled (frozen, or starved of CPU); "
+                        "/health answers 503 until it resumes", silent)
+        if self.engine_stall_timeout is not None and silent > self.engine_stall_timeout:
+            self._fail(EngineDeadError(f"engine process stopped responding (no heartbeat for "
+                                       f"{silent:.1f} s, past engine_stall_timeout="
+                                       f"{self.engine_stall_timeout}); it was killed"))
+            self.proc.kill()   # frozen (SIGSTOP, a hung driver): it must not hold the GPU
 
     # %% ../../nbs/24_async_llm.ipynb #08e9894d
     def get_metrics(self) -> list[Metric]:
@@ -500,7 +527,7 @@ class AsyncLLM:
     # %% ../../nbs/24_async_llm.ipynb #702e83f3
     def _fail(self, error: EngineDeadError) -> None:
         "The engine is dead: every open stream and pending utility call gets `error`."
-        logging.getLogger("minivllm").error("engine dead: %s", str(error).strip().splitlines()[-1])
+        log.error("engine dead: %s", str(error).strip().splitlines()[-1])
         self.errored = error
         with self.processor_lock:
             queues = {id(s.queue): s.queue for s in self.output_processor.request_states.values()}
@@ -540,15 +567,15 @@ class AsyncLLM:
         if isinstance(prompt, dict):      # vLLM's TextPrompt or TokensPrompt
             parsed = parse_prompt(prompt)
             text, prompt_token_ids = parsed["prompt"], parsed["prompt_token_ids"]
-        if prompt_token_ids is None:   # the tokenizer thread: the event loop keeps serving others
-            loop = asyncio.get_running_loop()
+        loop = asyncio.get_running_loop()   # tokenising runs in the tokenizer thread: the event
+        if prompt_token_ids is None:        # loop keeps serving others meanwhile
             prompt_token_ids = await loop.run_in_executor(self.tokenizer_executor,
                                                           self.tokenize_prompt, text)
         else: prompt_token_ids = self.tokenize_prompt(prompt_token_ids)
         eos = self.engine_info.eos_token_id   # max_tokens=None, bad_words, the model's extra EOS
-        sampling_params = prepare_sampling_params(sampling_params, len(prompt_token_ids),
-                                                  self.max_model_len, self.tokenizer,
-                                                  self.generation_config, eos)
+        sampling_params = await loop.run_in_executor(self.tokenizer_executor, partial(   # bad_words
+            prepare_sampling_params, sampling_params, len(prompt_token_ids), self.max_model_len,
+            self.tokenizer, self.generation_config, eos))
         self.check_health()
         collector = RequestOutputCollector(asyncio.get_running_loop())
         with self.processor_lock:
@@ -584,9 +611,12 @@ class AsyncLLM:
                       for child in (sorted(op.parent_requests[rid].child_requests)
                                     if rid in op.parent_requests else [rid])]
             to_abort = op.abort_requests(request_ids)
-            for state in states:   # a last output for whoever reads the stream (vLLM does the same)
-                out = None if state is None else state.make_request_output([], "abort", None)
+            aborted = IterationStats()   # counted: vllm:request_success{finished_reason="abort"}
+            for state in filter(None, states):   # a last output for the reader (as vLLM does)
+                out = state.make_request_output([], "abort", None)
                 if out is not None and state.queue is not None: state.queue.put(out)
+                state.finish_stats("abort", aborted)
+            self.stat_logger.record(None, aborted)
         if to_abort and self.errored is None and not self.closed:
             self._send(EngineCoreRequestType.ABORT, to_abort)
 

@@ -37,7 +37,8 @@ class LLMEngine:
         eos = self.tokenizer.eos_token_id if self.tokenizer is not None else None
         self.engine_core = build_engine_core(args, eos, usage_context)
         self.output_processor = OutputProcessor(self.tokenizer)
-        self.stat_logger = StatLogger(self.model_path.name) if log_stats else None
+        max_model_len = self.engine_core.info.max_model_len   # the token-count buckets' top
+        self.stat_logger = StatLogger(self.model_path.name, max_model_len) if log_stats else None
         weakref.finalize(self, self.engine_core.shutdown)   # an executor's thread ends with us
 
     @classmethod

@@ -145,6 +145,7 @@ class ParentRequest:
         self.request_id, self.sampling_params = request_id, sampling_params
         self.child_requests: set[str] = set()             # children not finished yet
         self.output_aggregator: list[CompletionOutput | None] = [None] * sampling_params.n
+        self.max_num_generation_tokens = 0                # the longest child output (metrics)
 
     def get_child_info(self, index: int) -> tuple[str, SamplingParams]:
         "Child `index`'s request id and sampling parameters (`n=1`, seed + index when seeded)."
@@ -193,6 +194,7 @@ class RequestState:
             stats.first_token_ts = now
             stats.first_token_latency = time.time() - stats.arrival_time
             it.num_prompt_tokens += len(self.prompt_token_ids)
+            it.num_cached_tokens += self.num_cached_tokens
             it.time_to_first_tokens_iter.append(stats.first_token_latency)
         else:
             it.inter_token_latencies_iter.append(now - stats.last_token_ts)
@@ -201,10 +203,25 @@ class RequestState:
 
     def finish_stats(self, finish_reason: str, iteration_stats: IterationStats) -> None:
         "Record this request's end in `iteration_stats` (vLLM's `update_from_finished_request`)."
-        s = self.stats
-        iteration_stats.finished_requests.append(FinishedRequestStats(
+        s, it, parent = self.stats, iteration_stats, self.parent_req
+        scheduled = s.scheduled_ts or s.queued_ts   # an abort can come before any scheduling
+        first, last = (s.first_token_ts, s.last_token_ts) if s.num_generation_tokens else (
+            scheduled, scheduled)                  # no token: no prefill or decode time
+        decode_time = last - first
+        it.finished_requests.append(FinishedRequestStats(
             finish_reason, time.time() - s.arrival_time, len(self.prompt_token_ids),
-            s.num_generation_tokens, max(s.scheduled_ts - s.queued_ts, 0.0)))
+            s.num_generation_tokens, self.request.sampling_params.max_tokens,
+            queued_time=max(scheduled - s.queued_ts, 0.0), prefill_time=first - scheduled,
+            inference_time=last - scheduled, decode_time=decode_time,
+            mean_time_per_output_token=decode_time / max(s.num_generation_tokens - 1, 1)))
+        if parent is not None:   # vLLM's ParentRequest.observe_finished_request
+            parent.child_requests.discard(self.request_id)
+            parent.max_num_generation_tokens = max(parent.max_num_generation_tokens,
+                                                   s.num_generation_tokens)
+        if parent is None or not parent.child_requests:   # the whole request is done
+            it.n_params_iter.append(1 if parent is None else parent.sampling_params.n)
+            it.max_num_generation_tokens_iter.append(
+                s.num_generation_tokens if parent is None else parent.max_num_generation_tokens)
 
     def make_request_output(self, new_token_ids: list[int], finish_reason: str | None,
                             stop_reason: int | str | None) -> RequestOutput | None:

@@ -12,7 +12,18 @@ INTER_TOKEN_LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.
                                2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
 REQUEST_LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0,
                            50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+ITERATION_TOKENS_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+REQUEST_PARAMS_N_BUCKETS = (1, 2, 5, 10, 20)
 FINISH_REASONS = ("stop", "length", "abort")
+
+def build_1_2_5_buckets(max_value: int) -> list[int]:
+    "1, 2, 5, 10, 20, 50, ... up to `max_value`: vLLM's buckets for token counts."
+    buckets, scale = [], 1
+    while True:
+        for m in (1, 2, 5):
+            if m * scale > max_value: return buckets
+            buckets.append(m * scale)
+        scale *= 10
 
 class _Hist:
     "Observations into fixed buckets."
@@ -25,18 +36,40 @@ class _Hist:
         cumulative = [sum(self.counts[:i + 1]) for i in range(len(self.counts))]
         return Histogram(name, dict(labels), cumulative[-1], self.sum, dict(zip(keys, cumulative)))
 
+# each finished request's value for a histogram (vLLM's PrometheusStatLogger.record)
+PER_REQUEST = {"e2e_request_latency_seconds": "e2e_latency",
+               "request_queue_time_seconds": "queued_time",
+               "request_inference_time_seconds": "inference_time",
+               "request_prefill_time_seconds": "prefill_time",
+               "request_decode_time_seconds": "decode_time",
+               "request_prompt_tokens": "num_prompt_tokens",
+               "request_generation_tokens": "num_generation_tokens",
+               "request_time_per_output_token_seconds": "mean_time_per_output_token"}
+
 class StatLogger:
     "Sums each step's scheduler and iteration stats into vLLM's metrics (`get_metrics()`)."
-    def __init__(self, model_name: str, engine: int = 0):
+    def __init__(self, model_name: str, max_model_len: int, engine: int = 0):
         self.labels = {"model_name": model_name, "engine": str(engine)}
         self.gauges = dict(num_requests_running=0, num_requests_waiting=0, kv_cache_usage_perc=0.0)
         self.counters = dict(prefix_cache_queries=0, prefix_cache_hits=0, num_preemptions=0,
                              prompt_tokens=0, generation_tokens=0)
         self.request_success = {r: 0 for r in FINISH_REASONS}
+        tokens = build_1_2_5_buckets(max_model_len)   # vLLM's request_tokens buckets
+        latency = REQUEST_LATENCY_BUCKETS
         self.hists = dict(time_to_first_token_seconds=_Hist(TIME_TO_FIRST_TOKEN_BUCKETS),
                           inter_token_latency_seconds=_Hist(INTER_TOKEN_LATENCY_BUCKETS),
-                          e2e_request_latency_seconds=_Hist(REQUEST_LATENCY_BUCKETS),
-                          request_queue_time_seconds=_Hist(REQUEST_LATENCY_BUCKETS))
+                          e2e_request_latency_seconds=_Hist(latency),
+                          request_queue_time_seconds=_Hist(latency),
+                          request_inference_time_seconds=_Hist(latency),
+                          request_prefill_time_seconds=_Hist(latency),
+                          request_decode_time_seconds=_Hist(latency),
+                          request_prompt_tokens=_Hist(tokens),
+                          request_generation_tokens=_Hist(tokens),
+                          request_max_num_generation_tokens=_Hist(tokens),
+                          request_params_n=_Hist(REQUEST_PARAMS_N_BUCKETS),
+                          request_params_max_tokens=_Hist(tokens),
+                          request_time_per_output_token_seconds=_Hist(INTER_TOKEN_LATENCY_BUCKETS),
+                          iteration_tokens_total=_Hist(ITERATION_TOKENS_BUCKETS))
 
     def record(self, scheduler_stats=None, iteration_stats=None) -> None:
         "Add one step (vLLM's `StatLoggerBase.record`)."
@@ -49,19 +82,27 @@ class StatLogger:
                 c["prefix_cache_queries"] += p.queries + p.preempted_queries
                 c["prefix_cache_hits"] += p.hits + p.preempted_hits
                 c["num_preemptions"] += p.preempted_requests
-        if iteration_stats is not None:
-            it, c = iteration_stats, self.counters
-            c["prompt_tokens"] += it.num_prompt_tokens
-            c["generation_tokens"] += it.num_generation_tokens
-            for v in it.time_to_first_tokens_iter:
-                self.hists["time_to_first_token_seconds"].observe(v)
-            for v in it.inter_token_latencies_iter:
-                self.hists["inter_token_latency_seconds"].observe(v)
-            for f in it.finished_requests:
-                self.request_success[f.finish_reason] = self.request_success.get(f.finish_reason,
-                                                                                 0) + 1
-                self.hists["e2e_request_latency_seconds"].observe(f.e2e_latency)
-                self.hists["request_queue_time_seconds"].observe(f.queued_time)
+        if iteration_stats is not None: self._record_iteration(iteration_stats)
+
+    def _record_iteration(self, it) -> None:
+        "One `IterationStats`: token counters, per-token latencies, each finished request."
+        c, h = self.counters, self.hists
+        c["prompt_tokens"] += it.num_prompt_tokens
+        c["generation_tokens"] += it.num_generation_tokens
+        if it.num_generation_tokens:   # a step's outputs (aborted requests alone are none)
+            # the tokens the step computed: prompts (less their cached prefix) and new tokens
+            h["iteration_tokens_total"].observe(it.num_prompt_tokens - it.num_cached_tokens
+                                                + it.num_generation_tokens)
+        for v in it.time_to_first_tokens_iter: h["time_to_first_token_seconds"].observe(v)
+        for v in it.inter_token_latencies_iter: h["inter_token_latency_seconds"].observe(v)
+        for v in it.max_num_generation_tokens_iter:
+            h["request_max_num_generation_tokens"].observe(v)
+        for v in it.n_params_iter: h["request_params_n"].observe(v)
+        for f in it.finished_requests:
+            self.request_success[f.finish_reason] = self.request_success.get(f.finish_reason,
+                                                                             0) + 1
+            for name, attr in PER_REQUEST.items(): h[name].observe(getattr(f, attr))
+            if f.max_tokens_param: h["request_params_max_tokens"].observe(f.max_tokens_param)
 
     def get_metrics(self) -> list[Metric]:
         "A snapshot, as vLLM's `get_metrics_snapshot()` returns it."
@@ -73,5 +114,5 @@ class StatLogger:
                 + [h.snapshot(f"vllm:{k}", L) for k, h in self.hists.items()])
 
 # %% auto #0
-__all__ = ['TIME_TO_FIRST_TOKEN_BUCKETS', 'INTER_TOKEN_LATENCY_BUCKETS', 'REQUEST_LATENCY_BUCKETS', 'FINISH_REASONS',
-           'StatLogger']
+__all__ = ['TIME_TO_FIRST_TOKEN_BUCKETS', 'INTER_TOKEN_LATENCY_BUCKETS', 'REQUEST_LATENCY_BUCKETS', 'ITERATION_TOKENS_BUCKETS',
+           'REQUEST_PARAMS_N_BUCKETS', 'FINISH_REASONS', 'PER_REQUEST', 'build_1_2_5_buckets', 'StatLogger']

@@ -22,13 +22,21 @@ class FinishedRequestStats:
     e2e_latency: float = 0.0
     num_prompt_tokens: int = 0
     num_generation_tokens: int = 0
-    queued_time: float = 0.0
+    max_tokens_param: int | None = None
+    queued_time: float = 0.0       # queued -> first scheduled
+    prefill_time: float = 0.0      # first scheduled -> first token
+    inference_time: float = 0.0    # first scheduled -> last token
+    decode_time: float = 0.0       # first token -> last token
+    mean_time_per_output_token: float = 0.0   # decode_time over the tokens after the first
 
 @dataclass
 class IterationStats:
     "What one `process_outputs` call saw: tokens, latencies, finished requests (vLLM's name)."
     num_generation_tokens: int = 0
-    num_prompt_tokens: int = 0
+    num_prompt_tokens: int = 0     # of the requests that got their first token
+    num_cached_tokens: int = 0     # of those, found in the prefix cache (not computed)
+    max_num_generation_tokens_iter: list[int] = field(default_factory=list)   # per finished
+    n_params_iter: list[int] = field(default_factory=list)                    # parent request
     time_to_first_tokens_iter: list[float] = field(default_factory=list)
     inter_token_latencies_iter: list[float] = field(default_factory=list)
     finished_requests: list[FinishedRequestStats] = field(default_factory=list)

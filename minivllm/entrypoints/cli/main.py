@@ -8,6 +8,7 @@ import argparse, json, random, re, sys, time
 from typing import TYPE_CHECKING
 import numpy as np
 from ...engine.arg_utils import EngineArgs
+from ..common.cli_args import FrontendArgs
 from ...sampling_params import SamplingParams
 from ...utils.argparse_utils import FlexibleArgumentParser
 # imported where used: `--help` loads no torch
@@ -109,15 +110,9 @@ def build_parser() -> FlexibleArgumentParser:
                            usage="minivllm serve [model_tag] [options]")
     serve.add_argument("model_tag", nargs="?", default=None,
                        help="the model folder (vLLM's positional; --model works too)")
-    serve.add_argument("--host", default="127.0.0.1", help="interface to listen on")
-    serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--served-model-name", nargs="+", default=None,
                        help="model name clients use (default: the folder's)")
-    serve.add_argument("--api-key", default=None, help="require this key (Bearer token)")
-    serve.add_argument("--keep-alive-on-engine-death", action="store_true",
-                       help="stay up when the engine dies (answer 500, /health 503)")
-    serve.add_argument("--trust-request-chat-template", action="store_true",
-                       help="accept a chat_template sent in a request")
+    FrontendArgs.add_cli_args(serve)   # --host, --port, --api-key, the bounds (chapter 25)
     tl = sub.add_parser("timeline", help="summarize and draw a recorded vLLM run (chapter 26)")
     tl.add_argument("file", metavar="FILE", help="a timeline recorded from vLLM (.jsonl)")
     tl.add_argument("--out", metavar="PNG", default=None, help="the figure (default: FILE.png)")
@@ -181,12 +176,8 @@ def serve_options(args: argparse.Namespace) -> tuple[dict, dict]:
         raise SystemExit("minivllm serve: one --served-model-name only (vLLM takes several "
                          "aliases; run vllm serve for that)")
     engine = vars(EngineArgs.from_cli_args(args))
-    server = dict(model=engine.pop("model"), host=args.host, port=args.port,
-                  model_name=names[0] if names else None)
-    if args.api_key is not None: server["api_key"] = args.api_key
-    for flag in ("keep_alive_on_engine_death", "trust_request_chat_template"):
-        if getattr(args, flag): server[flag] = True     # the server's defaults are False
-    return server, engine
+    server = dict(model=engine.pop("model"), model_name=names[0] if names else None)
+    return server | vars(FrontendArgs.from_cli_args(args)), engine
 
 def serve(args: argparse.Namespace) -> None:
     "Run `minivllm serve`: the server's modules are imported only now."

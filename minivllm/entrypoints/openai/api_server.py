@@ -4,17 +4,21 @@
 
 # %% ../../../nbs/25_api_server.ipynb #fc34cd76
 from __future__ import annotations
-import asyncio, hashlib, itertools, json, logging, re, secrets, threading, time, uuid
+import asyncio, ctypes, hashlib, itertools, json, logging, re, secrets, threading, time, uuid
 from contextlib import asynccontextmanager, contextmanager
+from dataclasses import fields, replace
+from functools import partial
+from http import HTTPStatus
 from typing import Any, AsyncIterator, Iterator, Literal
 from fastapi import APIRouter, FastAPI, Request as HTTPRequest
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import Response, StreamingResponse
+from starlette.exceptions import HTTPException
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from ... import __version__
 from ...metrics.reader import Counter, Gauge, Histogram
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ...sampling_params import SamplingParams
 from ...core.sched.output import Logprob
 from ...outputs import CompletionOutput, RequestOutput
@@ -23,47 +27,163 @@ from ...engine.core import get_diff_sampling_param
 from ...usage.usage_lib import UsageContext
 from ...engine.async_llm import (AsyncLLM, EngineDeadError, EngineRequestError,
                                        INT64_MAX, INT64_MIN)
+from ..common.cli_args import FrontendArgs
 
 # %% auto #0
-__all__ = ['REQUEST_FIELDS', 'UNSUPPORTED', 'DEFAULTED', 'router', 'METRIC_HELP', 'logger', 'GUARDED_PREFIX', 'error_response',
-           'validation_message', 'validation_param', 'OpenAIBaseModel', 'StreamOptions', 'SamplingFields',
-           'CompletionRequest', 'ChatContentPart', 'ChatMessage', 'ChatCompletionRequest', 'ParamError', 'param_of',
-           'blame', 'check_model', 'check_request', 'num_logprobs', 'max_tokens_for', 'echo_without_generation',
-           'to_sampling_params', 'completion_prompts', 'encode_prompt', 'chat_prompt', 'completion_logprobs',
-           'chat_logprobs', 'prompt_logprobs_json', 'Generation', 'make_choice', 'full_response', 'stream_chunks',
-           'until_disconnected', 'respond', 'health', 'show_available_models', 'stats', 'EngineMetricsCollector',
-           'metrics', 'TokenizeRequest', 'DetokenizeRequest', 'tokenize', 'detokenize', 'show_version', 'ping',
-           'create_completion', 'create_chat_completion', 'error_body', 'watch_engine', 'lifespan', 'add_api_key',
-           'build_app', 'build_async_engine_client', 'log_to_stderr', 'serve', 'serve_in_thread']
+__all__ = ['logger', 'ERROR_TYPES', 'SURROGATE_ESCAPE', 'REQUEST_FIELDS', 'UNSUPPORTED', 'GUIDED_FIELDS', 'DEFAULTED', 'router',
+           'METRIC_HELP', 'NOT_SERVED', 'GUARDED_PREFIX', 'error_response', 'ParamError', 'validation_message',
+           'validation_param', 'text_chars', 'check_text', 'check_bounds', 'max_text_chars', 'find_lone_surrogate',
+           'read_json', 'validate', 'OpenAIBaseModel', 'StreamOptions', 'SamplingFields', 'CompletionRequest',
+           'ChatContentPart', 'ChatMessage', 'ChatCompletionRequest', 'warn_ignored', 'param_of', 'blame',
+           'check_model', 'check_request', 'num_logprobs', 'max_tokens_for', 'echo_without_generation',
+           'to_sampling_params', 'completion_prompts', 'encode_prompt', 'check_template_trust', 'render_chat_template',
+           'RenderTimeout', 'run_with_time_limit', 'chat_prompt', 'completion_logprobs', 'chat_logprobs',
+           'prompt_logprobs_json', 'Generation', 'make_choice', 'full_response', 'stream_chunks', 'until_disconnected',
+           'respond', 'health', 'show_available_models', 'stats', 'EngineMetricsCollector', 'metrics',
+           'TokenizeRequest', 'DetokenizeRequest', 'tokenize', 'detokenize', 'show_version', 'ping',
+           'get_server_load_metrics', 'kv_event_sources', 'create_completion', 'serve_completion',
+           'create_chat_completion', 'serve_chat', 'invocations', 'error_body', 'watch_engine', 'lifespan',
+           'add_api_key', 'BodySizeLimit', 'build_app', 'build_async_engine_client', 'log_to_stderr', 'serve',
+           'serve_in_thread']
 
 # %% ../../../nbs/25_api_server.ipynb #bf1ed695
-def error_response(message: str, status_code: int = 400, err_type: str = "BadRequestError",
-                   param: str | None = None) -> JSONResponse:
-    "An OpenAI-style error body (vLLM's `ErrorResponse`)."
+logger = logging.getLogger("minivllm.api_server")
+ERROR_TYPES = {400: "BadRequestError", 404: "NotFoundError", 500: "InternalServerError",
+               501: "NotImplementedError", 503: "ServiceUnavailableError"}   # vLLM's names
+
+def error_response(message: str, status_code: int = 400, param: str | None = None) -> Response:
+    "An OpenAI-style error body (vLLM's `ErrorResponse`); unnamed statuses: HTTP's phrase as type."
+    err_type = ERROR_TYPES.get(status_code) or HTTPStatus(status_code).phrase
     error = {"message": message, "type": err_type, "param": param, "code": status_code}
-    return JSONResponse({"error": error}, status_code=status_code)
+    return Response(json.dumps({"error": error}), status_code, media_type="application/json")
+
+class ParamError(ValueError):
+    "A `ValueError` that says which request field is wrong, and the status (400 unless told)."
+    def __init__(self, message: str, param: str, status_code: int = 400):
+        super().__init__(message); self.param, self.status_code = param, status_code
 
 def _where(e: dict) -> str:
     "A pydantic error's location in the body, dotted (`messages.0.content`); `body` for the whole."
     return ".".join(str(x) for x in e["loc"][1:]) or "body"
 
 def validation_message(exc: RequestValidationError) -> str:
-    "The pydantic errors as one line: where, and what is wrong (malformed JSON included)."
-    def one(e):
-        if e["type"] == "json_invalid":
-            return f"malformed JSON body at character {e['loc'][-1]}: {e['ctx']['error']}"
-        return f"{_where(e)}: {e['msg']}"
-    return "; ".join(one(e) for e in exc.errors())
+    "The pydantic errors as one line: where, and what is wrong."
+    return "; ".join(f"{_where(e)}: {e['msg']}" for e in exc.errors())
 
 def validation_param(exc: RequestValidationError) -> str:
     "The field a validation error names: its first error's location, less pydantic's union tags."
     errors = exc.errors()
-    if not errors or errors[0]["type"] == "json_invalid": return "body"
+    if not errors: return "body"
     parts = []
     for x in map(str, errors[0]["loc"][1:]):
         if x in ("str", "int", "float", "bool") or not (x.isdigit() or x.isidentifier()): break
         parts.append(x)   # `content.str`, `content.list[ChatContentPart]`: branches, not fields
     return ".".join(parts) or "body"
+
+# %% ../../../nbs/25_api_server.ipynb #w25b05
+def _at_most(count: int, limit: int, param: str, what: str, flag: str) -> None:
+    "A 400 naming `param` when `count` is over the server's `limit` (the flag `--<flag>`)."
+    if count > limit:
+        raise ParamError(f"{param}: {count} {what}, more than this server's limit of {limit} "
+                         f"(--{flag})", param)
+
+def text_chars(value) -> int:
+    "Characters in every string inside a JSON value (any depth, without recursion)."
+    total, todo = 0, [value]
+    while todo:
+        x = todo.pop()
+        if isinstance(x, str): total += len(x)
+        elif isinstance(x, dict): todo.extend(x.values())
+        elif isinstance(x, list): todo.extend(x)
+    return total
+
+def check_text(chars: int, max_chars: int | None, max_model_len: int, param: str) -> None:
+    "vLLM's check before tokenizing: more characters than `max_model_len` tokens can hold is a 400."
+    if max_chars is not None and chars > max_chars:
+        raise ParamError(f"This model's maximum context length is {max_model_len} tokens. However, "
+                         f"your {param} contains {chars} characters (more than {max_chars} "
+                         f"characters, which is the upper bound for {max_model_len} input "
+                         "tokens). Please reduce the length of the input.", param)
+
+def check_bounds(data, args: FrontendArgs, max_model_len: int, max_chars: int | None) -> None:
+    "The body's sizes against the server's bounds, on the parsed JSON, before any other work."
+    if not isinstance(data, dict): return              # not a request: pydantic says what it is
+    prompt = data.get("prompt")
+    several = isinstance(prompt, list) and bool(prompt) and isinstance(prompt[0], (str, list))
+    prompts = prompt if several else [prompt]
+    _at_most(len(prompts), args.max_completion_prompts, "prompt", "prompts",
+             "max-completion-prompts")
+    if isinstance(n := data.get("n"), int):
+        _at_most(n * len(prompts), args.max_sequences_per_request, "n",
+                 "sequences (n x prompts)", "max-sequences-per-request")
+    for param, ids in [("prompt", p) for p in prompts] + [("tokens", data.get("tokens"))]:
+        if isinstance(ids, list) and len(ids) > max_model_len:
+            raise ParamError(f"{param}: {len(ids)} tokens, more than max_model_len="
+                             f"{max_model_len}", param)
+    for param, text in [("prompt", p) for p in prompts if isinstance(p, str)] + [
+            ("messages", data.get("messages")), ("bad_words", data.get("bad_words"))]:
+        check_text(text_chars(text), max_chars, max_model_len, param)
+    stop = data.get("stop")
+    stop = [stop] if isinstance(stop, str) else stop if isinstance(stop, list) else []
+    _at_most(len(stop), args.max_stop_strings, "stop", "stop strings", "max-stop-strings")
+    _at_most(max(map(text_chars, stop), default=0), args.max_stop_string_length, "stop",
+             "characters in a stop string", "max-stop-string-length")
+    if isinstance(bias := data.get("logit_bias"), dict):
+        _at_most(len(bias), args.max_logit_bias_tokens, "logit_bias", "entries",
+                 "max-logit-bias-tokens")
+        if any(isinstance(v, (int, float)) and not -100 <= v <= 100 for v in bias.values()):
+            raise ParamError("logit_bias values must be in [-100, 100] (OpenAI's range)",
+                             "logit_bias")
+
+def max_text_chars(async_llm: AsyncLLM) -> int | None:
+    "Characters `max_model_len` tokens can hold: times the longest vocabulary entry (vLLM's)."
+    tokenizer = async_llm.get_tokenizer()
+    if tokenizer is None: return None                  # text is refused anyway
+    return async_llm.max_model_len * max(map(len, tokenizer.get_vocab()))
+
+def _encodable(text: str) -> bool:
+    try: text.encode("utf-8"); return True
+    except UnicodeEncodeError: return False
+
+def find_lone_surrogate(data) -> str | None:
+    "Where a string (or key) in a JSON value holds a lone UTF-16 surrogate, dotted; None if none."
+    todo = [("", data)]
+    while todo:
+        where, x = todo.pop()
+        if isinstance(x, str) and not _encodable(x): return where or "body"
+        items = x.items() if isinstance(x, dict) else enumerate(x) if isinstance(x, list) else ()
+        for key, value in items:
+            here = f"{where}.{key}" if where else str(key)
+            if isinstance(key, str) and not _encodable(key): return here
+            todo.append((here, value))
+    return None
+
+SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")   # `\ud800`..`\udfff` in the raw JSON
+
+async def read_json(raw_request: HTTPRequest):
+    "The body's JSON: JSON only, parsed once, without lone surrogates, within the server's bounds."
+    media_type = raw_request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media_type != "application/json":   # vLLM's rule and message (its status is a 400)
+        raise ParamError("Unsupported Media Type: Only 'application/json' is allowed", "body",
+                         415)
+    raw = await raw_request.body()
+    try: data = json.loads(raw)
+    except RecursionError: raise ParamError("malformed JSON body: nested too deeply", "body")
+    except ValueError as e: raise ParamError(f"malformed JSON body: {e}", "body")  # bad UTF-8 too
+    named = {k: v for k, v in data.items() if k != "model"} if isinstance(data, dict) else data
+    if SURROGATE_ESCAPE.search(raw) and (where := find_lone_surrogate(named)) is not None:
+        raise ParamError(f"{where}: holds a lone UTF-16 surrogate (\\ud800-\\udfff), which is "
+                         "not a character; send valid Unicode text", where)
+    state = raw_request.app.state
+    check_bounds(data, state.args, state.async_llm.max_model_len, state.max_text_chars)
+    return data
+
+def validate(model: type[BaseModel], data) -> BaseModel:
+    "`data` as a `model` body; pydantic's errors located in the body, as FastAPI reports them."
+    try: return model.model_validate(data)
+    except ValidationError as e:
+        raise RequestValidationError([{**err, "loc": ("body", *err["loc"])}
+                                      for err in e.errors()]) from None
 
 # %% ../../../nbs/25_api_server.ipynb #8427c040
 class OpenAIBaseModel(BaseModel):
@@ -99,7 +219,7 @@ class SamplingFields(OpenAIBaseModel):
     bad_words: list[str] | None = None
     prompt_logprobs: int | None = None
     echo: bool | None = False
-    priority: int = 0
+    priority: int = Field(0, ge=INT64_MIN, le=INT64_MAX)   # it travels as a signed 64-bit int
     request_id: str | None = None
     user: str | None = None            # for the client's own bookkeeping: nothing to do
     stream: bool | None = False
@@ -119,8 +239,8 @@ class ChatContentPart(BaseModel):
     text: str
 
 class ChatMessage(BaseModel):
-    "One chat message: one of OpenAI's roles, and its content (a string or text parts)."
-    role: Literal["system", "developer", "user", "assistant", "tool"]
+    "One chat message: a role (any string: the chat template decides, as in vLLM) and its content."
+    role: str
     content: str | list[ChatContentPart]
 
 class ChatCompletionRequest(SamplingFields):
@@ -157,12 +277,21 @@ UNSUPPORTED = {
     "documents": [None], "media_io_kwargs": [None], "mm_processor_kwargs": [None],
     "return_prompt_text": [None, False]}
 
-# %% ../../../nbs/25_api_server.ipynb #7bfd98f4
-class ParamError(ValueError):
-    "A `ValueError` that says which request field is wrong (and the status: 404 for a model)."
-    def __init__(self, message: str, param: str, status_code: int = 400):
-        super().__init__(message); self.param, self.status_code = param, status_code
+# vLLM 0.33 removed these (structured outputs replaced them): it warns that they are ignored
+GUIDED_FIELDS = ("guided_json", "guided_regex", "guided_choice", "guided_grammar",
+                 "guided_decoding_backend", "guided_whitespace_pattern")
 
+def warn_ignored(extra: dict) -> None:
+    "vLLM's log lines for the fields of a request that nothing reads (the unknown ones)."
+    ignored = sorted(set(extra) - set(UNSUPPORTED))
+    if guided := [name for name in ignored if name in GUIDED_FIELDS]:
+        logger.warning("Request contains the removed guided-decoding field(s) %s, which are "
+                       "ignored; output will NOT be constrained.", guided)
+    if others := [name for name in ignored if name not in GUIDED_FIELDS]:
+        logger.warning("The following fields were present in the request but ignored: %s",
+                       others)
+
+# %% ../../../nbs/25_api_server.ipynb #7bfd98f4
 def param_of(error: Exception, fields) -> str | None:
     "The field an error names: its `param`, else `SamplingParams.<field>`, else a field's name."
     if isinstance(error, ParamError): return error.param
@@ -189,6 +318,7 @@ def check_request(body: SamplingFields, model_name: str) -> None:
     "vLLM's checks before any work: the model (404), fields minivllm lacks, vLLM's field rules."
     check_model(body.model, model_name)
     extra = body.model_extra or {}
+    warn_ignored(extra)
     for name, no_ops in UNSUPPORTED.items():
         if name in extra and extra[name] not in no_ops:
             raise ParamError(f"{name}={extra[name]!r} is not supported by minivllm (use vLLM)",
@@ -260,6 +390,11 @@ def completion_prompts(prompt) -> list[str | list[int]]:
         return list(prompt)
     return [prompt]
 
+async def _off_loop(async_llm: AsyncLLM, fn, *args, **kwargs):
+    "Run `fn(*args, **kwargs)` in `AsyncLLM`'s tokenizer thread, off the event loop."
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(async_llm.tokenizer_executor, partial(fn, *args, **kwargs))
+
 def encode_prompt(async_llm: AsyncLLM, prompt: str | list[int],
                   add_special_tokens: bool = True) -> list[int]:
     "Token ids of one prompt, checked by `AsyncLLM.tokenize_prompt` (`add_special_tokens`: BOS)."
@@ -272,8 +407,21 @@ def _text(content) -> str:
     "A message's content as one string (text parts joined, as vLLM joins them)."
     return content if isinstance(content, str) else "\n".join(p.text for p in content)
 
-def chat_prompt(tokenizer, body: ChatCompletionRequest) -> list[int]:
-    "Token ids of the conversation through the chat template (vLLM's template options)."
+def check_template_trust(body, trusted: bool) -> None:
+    "A template in a request is code: refused unless the server trusts its clients (vLLM's rule)."
+    kwargs = body.chat_template_kwargs or {}
+    if not trusted and (body.chat_template is not None or kwargs.get("chat_template") is not None):
+        raise ParamError("Chat template is passed with request, but "   # vLLM's message
+                         "--trust-request-chat-template is not set. Refused request with "
+                         "untrusted chat template.",
+                         "chat_template" if body.chat_template is not None else
+                         "chat_template_kwargs")
+    if unexpected := sorted({"chat_template", "tokenize"} & kwargs.keys()):   # vLLM's too
+        raise ParamError(f"Found unexpected chat template kwargs from request: {unexpected}",
+                         "chat_template_kwargs")
+
+def render_chat_template(tokenizer, body) -> str:
+    "The conversation through the chat template, as text (vLLM's template options)."
     if tokenizer is None or not (getattr(tokenizer, "chat_template", None) or body.chat_template):
         raise ParamError("this model has no tokenizer with a chat template; use "
                          "/v1/completions", "messages")
@@ -283,10 +431,51 @@ def chat_prompt(tokenizer, body: ChatCompletionRequest) -> list[int]:
         continue_final_message=body.continue_final_message)
     if body.chat_template is not None: options["chat_template"] = body.chat_template
     try:   # a template may refuse a conversation (roles out of order, ...) with any exception
-        prompt = tokenizer.apply_chat_template(conversation, tokenize=False, **options)
-        return tokenizer.encode(prompt, add_special_tokens=body.add_special_tokens)
+        return tokenizer.apply_chat_template(conversation, tokenize=False, **options)
     except Exception as e:
         raise ParamError(f"the chat template cannot render these messages: {e}", "messages")
+
+class RenderTimeout(BaseException):
+    "Raised inside a thread that ran out of time (a `BaseException`: templates cannot catch it)."
+
+async def run_with_time_limit(fn, timeout: float, name: str = "chat-template"):
+    "`fn()` in a thread of its own; past `timeout` s, `TimeoutError` here and the thread stopped."
+    loop = asyncio.get_running_loop()
+    future = loop.create_future()
+    lock, running = threading.Lock(), [True]
+    def settle(ok: bool, value):
+        if not future.done(): future.set_result(value) if ok else future.set_exception(value)
+    def target():
+        try:
+            try: ok, value = True, fn()
+            except Exception as e: ok, value = False, e
+            with lock: running[0] = False
+            loop.call_soon_threadsafe(settle, ok, value)
+        except (RenderTimeout, RuntimeError): pass   # stopped late; or the loop closed meanwhile
+    thread = threading.Thread(target=target, name=name, daemon=True)
+    thread.start()
+    try: return await asyncio.wait_for(future, timeout)
+    finally:
+        with lock:   # still in `fn` (too slow, or the request was cancelled): stop it there
+            if running[0]:   # CPython's only way in: an exception at the thread's next bytecode
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident),
+                                                           ctypes.py_object(RenderTimeout))
+
+async def chat_prompt(raw_request: HTTPRequest, body) -> list[int]:
+    "Token ids of a conversation: template trusted, rendered within the time limit, tokenised."
+    state = raw_request.app.state
+    async_llm, args, tokenizer = state.async_llm, state.args, state.async_llm.get_tokenizer()
+    check_template_trust(body, args.trust_request_chat_template)
+    try: text = await run_with_time_limit(partial(render_chat_template, tokenizer, body),
+                                          args.chat_template_render_timeout)
+    except TimeoutError:
+        raise ParamError(f"the chat template did not render within "
+                         f"{args.chat_template_render_timeout} s (--chat-template-render-timeout)",
+                         "chat_template" if body.chat_template is not None else "messages")
+    check_text(len(text), state.max_text_chars, async_llm.max_model_len, "messages")
+    ids = await _off_loop(async_llm, tokenizer.encode, text,
+                          add_special_tokens=body.add_special_tokens)
+    with blame("messages"): return async_llm.tokenize_prompt(ids)
 
 # %% ../../../nbs/25_api_server.ipynb #o16d02
 def _token(token_id: int, lp: Logprob | None, as_id: bool = False) -> str:
@@ -492,11 +681,13 @@ def _state(raw_request: HTTPRequest) -> tuple[AsyncLLM, str]:
 
 @router.get("/health")
 async def health(raw_request: HTTPRequest):
-    "200 while the engine process lives and answers, 503 once it died or froze."
+    "200 while the engine lives and answers; 503 once it died, or while it stalls (and how long)."
     async_llm, _ = _state(raw_request)
     try: async_llm.check_health()
-    except EngineDeadError:
-        return error_response("the engine is not running", 503, "ServiceUnavailableError")
+    except EngineDeadError: return error_response("the engine is not running", 503)
+    if (silent := async_llm.stalled_for()) is not None:
+        return error_response(f"the engine has sent no heartbeat for {silent:.1f} s (stalled); "
+                              "requests wait until it resumes", 503)
     return {}
 
 @router.get("/v1/models")
@@ -547,7 +738,19 @@ METRIC_HELP = {   # vLLM's descriptions (vllm/v1/metrics/loggers.py)
     "vllm:time_to_first_token_seconds": "Histogram of time to first token in seconds.",
     "vllm:inter_token_latency_seconds": "Histogram of inter-token latency in seconds.",
     "vllm:e2e_request_latency_seconds": "Histogram of e2e request latency in seconds.",
-    "vllm:request_queue_time_seconds": "Histogram of time spent in WAITING phase for request."}
+    "vllm:request_queue_time_seconds": "Histogram of time spent in WAITING phase for request.",
+    "vllm:request_inference_time_seconds": "Histogram of time spent in RUNNING phase for request.",
+    "vllm:request_prefill_time_seconds": "Histogram of time spent in PREFILL phase for request.",
+    "vllm:request_decode_time_seconds": "Histogram of time spent in DECODE phase for request.",
+    "vllm:request_prompt_tokens": "Number of prefill tokens processed.",
+    "vllm:request_generation_tokens": "Number of generation tokens processed.",
+    "vllm:request_max_num_generation_tokens":
+        "Histogram of maximum number of requested generation tokens.",
+    "vllm:request_params_n": "Histogram of the n request parameter.",
+    "vllm:request_params_max_tokens": "Histogram of the max_tokens request parameter.",
+    "vllm:request_time_per_output_token_seconds":
+        "Histogram of time_per_output_token_seconds per request.",
+    "vllm:iteration_tokens_total": "Histogram of number of tokens per engine_step."}
 
 @router.get("/metrics")
 async def metrics(raw_request: HTTPRequest):
@@ -565,6 +768,7 @@ class TokenizeRequest(OpenAIBaseModel):
     add_special_tokens: bool | None = None   # vLLM: True for a prompt, False for messages
     add_generation_prompt: bool = True
     continue_final_message: bool = False
+    chat_template: str | None = None
     chat_template_kwargs: dict[str, Any] | None = None
     return_token_strs: bool | None = False
 
@@ -579,35 +783,37 @@ def _tokenizer(async_llm: AsyncLLM, param: str):
     return tokenizer
 
 @router.post("/tokenize")
-async def tokenize(body: TokenizeRequest, raw_request: HTTPRequest):
+async def tokenize(raw_request: HTTPRequest):
     "Token ids of a prompt or a conversation: `{count, max_model_len, tokens, token_strs}`."
+    body = validate(TokenizeRequest, await read_json(raw_request))
     async_llm, model_name = _state(raw_request)
     check_model(body.model, model_name)
     tokenizer = _tokenizer(async_llm, "prompt" if body.messages is None else "messages")
-    if body.messages is not None:
+    if body.messages is not None:   # the chat route's path: trust, time limit, tokenizer thread
         chat = ChatCompletionRequest(
             messages=body.messages, add_generation_prompt=body.add_generation_prompt,
-            continue_final_message=body.continue_final_message,
+            continue_final_message=body.continue_final_message, chat_template=body.chat_template,
             chat_template_kwargs=body.chat_template_kwargs,
             add_special_tokens=bool(body.add_special_tokens))
-        ids = chat_prompt(tokenizer, chat)
+        ids = await chat_prompt(raw_request, chat)
     elif body.prompt is not None:
         special = True if body.add_special_tokens is None else body.add_special_tokens
-        ids = tokenizer.encode(body.prompt, add_special_tokens=special)
+        ids = await _off_loop(async_llm, tokenizer.encode, body.prompt, add_special_tokens=special)
     else: raise ParamError("give a prompt or messages", "prompt")
     strs = tokenizer.convert_ids_to_tokens(ids) if body.return_token_strs else None
     return {"count": len(ids), "max_model_len": async_llm.max_model_len, "tokens": ids,
             "token_strs": strs}
 
 @router.post("/detokenize")
-async def detokenize(body: DetokenizeRequest, raw_request: HTTPRequest):
+async def detokenize(raw_request: HTTPRequest):
     "The text of token ids: `{prompt}`."
+    body = validate(DetokenizeRequest, await read_json(raw_request))
     async_llm, model_name = _state(raw_request)
     check_model(body.model, model_name)
     tokenizer, vocab_size = _tokenizer(async_llm, "tokens"), async_llm.engine_info.vocab_size
     if any(not 0 <= t < vocab_size for t in body.tokens):
         raise ParamError(f"tokens must be inside the vocabulary [0, {vocab_size})", "tokens")
-    return {"prompt": tokenizer.decode(body.tokens)}
+    return {"prompt": await _off_loop(async_llm, tokenizer.decode, body.tokens)}
 
 @router.get("/version")
 async def show_version():
@@ -620,11 +826,45 @@ async def ping(raw_request: HTTPRequest):
     "vLLM's `/ping` (SageMaker's health check): what `/health` answers."
     return await health(raw_request)
 
-# %% ../../../nbs/25_api_server.ipynb #2ffe510a
-async def _off_loop(async_llm: AsyncLLM, fn, *args):
-    "Run `fn(*args)` in `AsyncLLM`'s tokenizer thread: a 2 MB prompt must not stall the loop."
-    return await asyncio.get_running_loop().run_in_executor(async_llm.tokenizer_executor, fn, *args)
+@router.get("/load")
+async def get_server_load_metrics(raw_request: HTTPRequest):
+    "vLLM's `/load`: here the engine requests in flight (vLLM counts HTTP requests, when asked)."
+    return {"server_load": raw_request.app.state.async_llm.num_requests_in_flight}
 
+@router.get("/kv_event_sources")
+async def kv_event_sources():
+    "vLLM's KV-event publishers: minivllm publishes no KV-cache events, so none."
+    return {}
+
+NOT_SERVED = {   # vLLM 0.33's other routes for a text model: path -> (methods, what it is)
+    "/v1/responses": (["POST"], "OpenAI's Responses API"),
+    "/v1/responses/{response_id}": (["GET"], "OpenAI's Responses API"),
+    "/v1/responses/{response_id}/cancel": (["POST"], "OpenAI's Responses API"),
+    "/v1/chat/completions/batch": (["POST"], "several conversations in one request (send one "
+                                   "/v1/chat/completions request each)"),
+    "/v1/messages": (["POST"], "Anthropic's Messages API"),
+    "/v1/messages/count_tokens": (["POST"], "Anthropic's Messages API (/tokenize counts tokens)"),
+    "/generative_scoring": (["POST"], "generative scoring"),
+    "/v1/systemone": (["POST"], "structured decisions"),
+    "/v1/decisions": (["POST"], "decisions"),
+    "/scale_elastic_ep": (["POST"], "elastic expert parallelism"),
+    "/is_scaling_elastic_ep": (["POST"], "elastic expert parallelism"),
+    **{path: (["POST"], "scale-out serving (vLLM's --enable-scale-out)") for path in (
+        "/v1/chat/completions/render", "/v1/completions/render", "/v1/messages/render",
+        "/v1/responses/render", "/v1/chat/completions/derender", "/v1/completions/derender",
+        "/inference/v1/generate", "/inference/v1/abort_requests", "/abort_requests")}}
+
+def _not_served(what: str):
+    async def answer(raw_request: HTTPRequest):
+        return error_response(f"{raw_request.method} {raw_request.url.path} ({what}) is a route "
+                              "of vLLM that minivllm does not implement; run `vllm serve` for it",
+                              501)
+    return answer
+
+for path, (methods, what) in NOT_SERVED.items():
+    router.add_api_route(path, _not_served(what), methods=methods, include_in_schema=False)
+
+# %% ../../../nbs/25_api_server.ipynb #2ffe510a
 def _defaults(raw_request: HTTPRequest) -> dict:
     "The model's sampling defaults (vLLM's `get_diff_sampling_param`), read once per app."
     return raw_request.app.state.default_sampling_params
@@ -637,8 +877,13 @@ def _check_priority(async_llm: AsyncLLM, priority: int) -> int:
     return priority
 
 @router.post("/v1/completions")
-async def create_completion(body: CompletionRequest, raw_request: HTTPRequest):
+async def create_completion(raw_request: HTTPRequest):
     "`POST /v1/completions`: prompts (text or ids) -> `n` completions each, whole or in chunks."
+    body = validate(CompletionRequest, await read_json(raw_request))
+    return await serve_completion(body, raw_request)
+
+async def serve_completion(body: CompletionRequest, raw_request: HTTPRequest):
+    "A validated completion request, served (what `/v1/completions` and `/invocations` run)."
     async_llm, model_name = _state(raw_request)
     check_request(body, model_name)
     priority = _check_priority(async_llm, body.priority)
@@ -653,24 +898,25 @@ async def create_completion(body: CompletionRequest, raw_request: HTTPRequest):
         tokenizer = async_llm.get_tokenizer()
         if tokenizer is None and None in texts:
             raise ParamError("echo of a token-id prompt needs a tokenizer", "echo")
-        texts = [t if t is not None else tokenizer.decode(x) for t, x in zip(texts, ids)]
+        decoded = await _off_loop(async_llm, tokenizer.batch_decode, ids) if tokenizer else texts
+        texts = [t if t is not None else d for t, d in zip(texts, decoded)]
     params = [to_sampling_params(body, len(x), async_llm.max_model_len, _defaults(raw_request))
               for x in ids]
     g = Generation(async_llm, "text_completion", ids, body, params, model_name, texts, priority)
     return await respond(raw_request, await g.start())
 
 @router.post("/v1/chat/completions")
-async def create_chat_completion(body: ChatCompletionRequest, raw_request: HTTPRequest):
+async def create_chat_completion(raw_request: HTTPRequest):
     "`POST /v1/chat/completions`: messages through the chat template -> `n` replies."
+    body = validate(ChatCompletionRequest, await read_json(raw_request))
+    return await serve_chat(body, raw_request)
+
+async def serve_chat(body: ChatCompletionRequest, raw_request: HTTPRequest):
+    "A validated chat request, served (what `/v1/chat/completions` and `/invocations` run)."
     async_llm, model_name = _state(raw_request)
     check_request(body, model_name)
     priority = _check_priority(async_llm, body.priority)
-    if body.chat_template is not None and not raw_request.app.state.trust_request_chat_template:
-        raise ParamError("Chat template is passed with request, but "   # vLLM's message
-                         "--trust-request-chat-template is not set. Refused request with "
-                         "untrusted chat template.", "chat_template")
-    prompt = await _off_loop(async_llm, chat_prompt, async_llm.get_tokenizer(), body)
-    with blame("messages"): prompt_token_ids = async_llm.tokenize_prompt(prompt)
+    prompt_token_ids = await chat_prompt(raw_request, body)
     if body.max_completion_tokens is not None: body.max_tokens = body.max_completion_tokens
     sp = to_sampling_params(body, len(prompt_token_ids), async_llm.max_model_len,
                             _defaults(raw_request))
@@ -681,30 +927,33 @@ async def create_chat_completion(body: ChatCompletionRequest, raw_request: HTTPR
         g.echo_text = _text(body.messages[-1].content)
     return await respond(raw_request, await g.start())
 
-# %% ../../../nbs/25_api_server.ipynb #cbf9f474
-logger = logging.getLogger("minivllm.api_server")
+@router.post("/invocations")
+async def invocations(raw_request: HTTPRequest):
+    "SageMaker's route (vLLM's): a body with `messages` is a chat request, any other a completion."
+    data = await read_json(raw_request)
+    if isinstance(data, dict) and "messages" in data:
+        return await serve_chat(validate(ChatCompletionRequest, data), raw_request)
+    return await serve_completion(validate(CompletionRequest, data), raw_request)
 
-def error_body(e: Exception, fields=()) -> JSONResponse:
-    "The error response for an exception: 400 naming the field, or a 500 that shows no internals."
-    if isinstance(e, ParamError) and e.status_code == 404:
-        return error_response(str(e), 404, "NotFoundError", e.param)
+# %% ../../../nbs/25_api_server.ipynb #cbf9f474
+def error_body(e: Exception, fields=()) -> Response:
+    "The error response for an exception: 4xx naming the field, or a 500 that shows no internals."
+    if isinstance(e, ParamError): return error_response(str(e), e.status_code, e.param)
     if isinstance(e, (ValueError, TypeError)):
         return error_response(str(e), param=param_of(e, fields))
     if isinstance(e, EngineRequestError):   # one request failed in the engine; the engine lives
-        return error_response(str(e), 500, "InternalServerError")
+        return error_response(str(e), 500)
     if isinstance(e, EngineDeadError):
-        return error_response("the engine is not running; the server log has the details", 500,
-                              "InternalServerError")
+        return error_response("the engine is not running; the server log has the details", 500)
     logger.exception("unexpected error", exc_info=e)
-    return error_response("internal server error; the server log has the details", 500,
-                          "InternalServerError")
+    return error_response("internal server error; the server log has the details", 500)
 
 async def watch_engine(app: FastAPI, interval: float = 0.2) -> None:
     "Once the engine is dead: log it, and stop the server unless it must stay up (as vLLM)."
     async_llm = app.state.async_llm
     while async_llm.errored is None: await asyncio.sleep(interval)
     last = str(async_llm.errored).strip().splitlines()[-1]
-    if app.state.keep_alive_on_engine_death:
+    if app.state.args.keep_alive_on_engine_death:
         return logger.error("engine dead (%s); staying up, answering 500 and /health 503", last)
     logger.error("engine dead (%s); shutting the server down", last)
     if app.state.server is not None: app.state.server.should_exit = True
@@ -727,24 +976,53 @@ def add_api_key(app: FastAPI, api_key: str) -> None:
         ok = scheme.lower() == "bearer" and secrets.compare_digest(
             hashlib.sha256(token.encode()).digest(), expected)
         if request.method != "OPTIONS" and request.url.path.startswith(GUARDED_PREFIX) and not ok:
-            return JSONResponse({"error": "Unauthorized"}, status_code=401)
+            return error_response("Unauthorized", 401)   # vLLM's body is {"error": "Unauthorized"}
         return await call_next(request)
 
-def build_app(async_llm: AsyncLLM, model_name: str | None = None,
-              keep_alive_on_engine_death: bool = False, api_key: str | None = None,
-              trust_request_chat_template: bool = False) -> FastAPI:
-    "The FastAPI app serving `async_llm` under `model_name` (default: the model folder's name)."
+class BodySizeLimit:
+    "ASGI middleware: a body over `max_bytes` is a 413; its bytes are read and dropped, not kept."
+    def __init__(self, app, max_bytes: int): self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope, receive, send):
+        declared = dict(scope.get("headers", [])).get(b"content-length", b"")
+        if scope["type"] != "http" or not declared.isdigit() or int(declared) <= self.max_bytes:
+            return await self.app(scope, self._counted(receive), send)
+        while (await receive()).get("more_body"): pass   # drained: the client reads our answer
+        response = error_response(f"the request body has {int(declared)} bytes, more than "
+                                  f"--max-request-body-size={self.max_bytes}", 413, "body")
+        await response(scope, receive, send)
+
+    def _counted(self, receive):
+        "`receive`, failing once a body without a declared length grows past the limit."
+        received = 0
+        async def counted():
+            nonlocal received
+            message = await receive()
+            received += len(message.get("body", b""))
+            if received > self.max_bytes:
+                raise ParamError(f"the request body is larger than --max-request-body-size="
+                                 f"{self.max_bytes} bytes", "body", 413)
+            return message
+        return counted
+
+def build_app(async_llm: AsyncLLM, model_name: str | None = None, args: FrontendArgs | None = None,
+              **options) -> FastAPI:
+    "The app serving `async_llm` as `model_name` (default: its folder's); `options`: `args` fields."
+    args = replace(args or FrontendArgs(), **options)
     app = FastAPI(title="minivllm", lifespan=lifespan,
                   description="OpenAI-compatible API over minivllm's AsyncLLM")
     app.state.async_llm, app.state.model_name = async_llm, model_name or async_llm.model_path.name
-    app.state.keep_alive_on_engine_death, app.state.server = keep_alive_on_engine_death, None
-    app.state.trust_request_chat_template = trust_request_chat_template
+    app.state.args, app.state.server = args, None
+    app.state.max_text_chars = max_text_chars(async_llm)
     app.state.default_sampling_params = get_diff_sampling_param(   # vLLM reads them once too
         async_llm.generation_config, async_llm.engine_args.generation_config)
-    if api_key: add_api_key(app, api_key)
+    if args.api_key: add_api_key(app, args.api_key)
+    app.add_middleware(BodySizeLimit, max_bytes=args.max_request_body_size)
     app.include_router(router)
     app.add_exception_handler(RequestValidationError, lambda r, e: error_response(
         validation_message(e), param=validation_param(e)))
+    app.add_exception_handler(HTTPException, lambda r, e: error_response(str(e.detail),
+                                                                         e.status_code))
     for kind in (ValueError, TypeError, EngineRequestError, EngineDeadError, Exception):
         app.add_exception_handler(kind, lambda r, e: error_body(e, REQUEST_FIELDS))
     return app
@@ -765,20 +1043,20 @@ def log_to_stderr(level: int = logging.INFO) -> None:
     log.addHandler(handler)
     log.setLevel(level)
 
-def serve(model: str | None = None, host: str = "127.0.0.1", port: int = 8000,
-          model_name: str | None = None, keep_alive_on_engine_death: bool = False,
-          api_key: str | None = None, trust_request_chat_template: bool = False,
-          **engine_kwargs) -> None:
-    "Serve `model` (default: the embedded SmolLM2) until interrupted, or until the engine dies."
+def serve(model: str | None = None, model_name: str | None = None, **options) -> None:
+    "Serve `model` until interrupted or its engine dies; `options`: `FrontendArgs`, else AsyncLLM."
+    names = {f.name for f in fields(FrontendArgs)}
+    args = FrontendArgs(**{k: v for k, v in options.items() if k in names})
+    engine_kwargs = {k: v for k, v in options.items() if k not in names}
     import uvicorn
-    with build_async_engine_client(model, **engine_kwargs) as async_llm:
+    with build_async_engine_client(model, engine_stall_timeout=args.engine_stall_timeout,
+                                   **engine_kwargs) as async_llm:
         log_to_stderr()
         if async_llm.engine_args.enable_chunked_prefill:         # vLLM's SchedulerConfig says so
             logger.info("Chunked prefill is enabled with max_num_batched_tokens=%d.",
                         async_llm.engine_info.max_num_batched_tokens)
-        app = build_app(async_llm, model_name, keep_alive_on_engine_death, api_key,
-                        trust_request_chat_template)
-        app.state.server = uvicorn.Server(uvicorn.Config(app, host=host, port=port,
+        app = build_app(async_llm, model_name, args)
+        app.state.server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port,
                                                          log_level="info"))
         app.state.server.run()
     if async_llm.errored is not None:   # a supervisor sees a failure and restarts us
