@@ -30,11 +30,15 @@ DOCS_STRICT=1):
   saved width, at least 9 px (exact when the PNG records `min_font_pt` in a text chunk; else the
   figure fails when even 9-pt text would show under 9 px);
 * the contents (chapter list, "on this page") never break a name mid-word (_static/toc-names.js
-  lets names break after dots and underscores).
+  lets names break after dots and underscores), and "on this page" lists the `##` sections only;
+* the reading path (site_check, from the HTML): each chapter ends with a `## Recap` whose
+  `**Next:**` link, like the page's own "next" link, is the next page on docs/reading_path.py's
+  path; each core chapter shows a figure before its first `##` section ends; no API entry
+  repeats a definition the page shows as code.
 
 Then the search page must find `allocate_slots`, the index's top header must have a search field
-(the theme's, besides the sidebar's) that opens the search box, and every step viewer (chapter
-22's interactive `step_viewer`) must step through its run -- the next button, the arrow keys --
+(the theme's, besides the sidebar's) that opens the search box, and every step viewer (the
+interactive `StepViewer` of chapters 04, 22 and 30) must step through its run -- the next button, the arrow keys --
 with its block pool changing. Screenshots of a few pages (the index, the first chapter of each
 part, the first module source page, or the pages named in DOCS_SHOTS=a,b; top of page, first
 figure, widest code cell) go to docs/_build/screenshots/ for a person to look at. Outputs
@@ -254,8 +258,15 @@ PAGE_JS = r"""(async () => {
       }
     }
   });
+  // "on this page" lists the ## sections only (custom.css): every visible entry is an h2's
+  const tocDeep = Array.from(document.querySelectorAll('.bd-sidebar-secondary nav a[href^="#"]'))
+    .filter(a => a.offsetParent !== null).filter(a => {
+      const el = document.getElementById(decodeURIComponent(a.getAttribute('href').slice(1)));
+      return !(el && el.tagName === 'SECTION' && el.querySelector(':scope > h2'));
+    }).map(a => a.textContent.trim().slice(0, 60));
   const h1 = document.querySelector('h1');
   return {
+    toc_deep: tocDeep,
     maths: maths.length, raw_math: rawMath, raw_tex: rawTex, figs: figs, bad_breaks: badBreaks,
     h1: h1 ? h1.innerText.trim() : null,
     text: (art.innerText || '').trim().length,
@@ -432,6 +443,7 @@ def check_page(ck, page, chapters):
     for m in r["raw_math"]: errors.append(f"math not typeset (raw TeX shown): {m!r}")
     for t in r["raw_tex"]: errors.append(f"TeX shown as text: {t!r}")
     for b in r["bad_breaks"]: errors.append(f"contents entry broken mid-word: {b}")
+    for t in r["toc_deep"]: errors.append(f"'on this page' lists a non-## entry: {t!r}")
     for f in r["figs"]:
         msg = figure_text(page, f)
         if msg: pending.append(("figure-font", msg))
