@@ -24,6 +24,15 @@ understands:
 * show_doc's `[source](git_url/blob/...)` -> a link to the definition's line on the site's own
   page of its module (docs/source_pages.py writes docs/_nbs/source/: every module of lib_path,
   found by walking it); a second API entry for the same name on a page is dropped.
+* a `show_doc` of a name whose code the page shows (a `class`/`def`, a method, a `@patch`) -> no
+  entry, only its label, as an anchor on that code cell: the reader has just read the signature
+  and the docstring, and links to the name land on the code (`code_anchors`).
+* exported code of `minivllm.viz` (a figure's drawing) -> folded behind "Show the figure's code":
+  the figure is the lesson.
+* an SVG output -> inline HTML, so its links work (the flowchart's badges link to the chapters);
+  `.ipynb` links in HTML outputs -> the site's `.html` pages.
+* under a chapter's title: where it sits on the reading path (docs/reading_path.py): the core path
+  with the chapter marked, or, for a detour, the core chapter it hangs off and where the path goes on.
 
 Chapters are discovered with a glob: `nbs/index.ipynb` is the home page, the other notebooks
 follow in numeric order of their prefix (00_, 01_, ..., then unnumbered ones by name). A chapter's
@@ -341,6 +350,18 @@ def linkify(text):
         return text
 
 
+def inline_svg(cell):
+    """An SVG output goes into the page itself, as HTML, so that its links work (myst-nb would show
+    it as an <img>, whose links a browser ignores): the flowchart's badges link to the chapters."""
+    for o in cell.get("outputs", []):
+        d = o.get("data", {})
+        if "image/svg+xml" not in d: continue
+        svg = "".join(d.pop("image/svg+xml"))
+        svg = svg[svg.index("<svg"):]                  # no XML declaration or DOCTYPE inside HTML
+        d["text/html"] = f'<div class="inline-svg">{svg}</div>'
+        d.pop("image/png", None)
+
+
 def shown_definitions(cells):
     "{name: index of the code cell that defines it} for the code cells a page shows."
     shown = {}
@@ -444,6 +465,7 @@ def convert(nb, stem, labels, problems=None, head=None, sources=None, notes=None
             if "code-fold" in dirs and dirs["code-fold"].lower() not in ("false", "show"):
                 tags.append("hide-input")
             cell["source"] = code
+            inline_svg(cell)
             md_ = cell.setdefault("metadata", {})
             mod = md_.get("minivllm_module")
             # a figure's code (minivllm.viz) is folded: the figure is the lesson, not its drawing

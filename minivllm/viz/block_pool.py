@@ -68,8 +68,9 @@ def _draw_snapshot(ax, y: float, snap: PoolSnapshot, id_offset: int) -> float:
     ax.text(-0.3, y + 0.45, snap.label, ha="right", va="center")
     for bid, (ref, hashed) in enumerate(zip(snap.ref_cnts, snap.hashed)):
         x, row_y = bid % BLOCKS_PER_LINE, y - bid // BLOCKS_PER_LINE
-        ax.add_patch(Rectangle((x, row_y), 0.9, 0.9, facecolor=PALETTE[block_state(bid, ref, hashed)],
-                               edgecolor="black", linewidth=2.5 if hashed else 0.8))
+        state = block_state(bid, ref, hashed)
+        ax.add_patch(Rectangle((x, row_y), 0.9, 0.9, facecolor=PALETTE[state], edgecolor="black",
+                               linewidth=2.5 if hashed else 0.8))
         name = "null" if bid == 0 else str(bid + id_offset)
         ax.text(x + 0.45, row_y + (0.45 if bid == 0 else 0.64), name, ha="center", va="center",
                 weight="bold", color="white" if bid == 0 else "black")

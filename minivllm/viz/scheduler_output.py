@@ -20,40 +20,44 @@ def _sent(outputs) -> list[list[tuple]]:
                           f"block_ids {n.block_ids}\nnum_computed_tokens {n.num_computed_tokens}",
                           "prefill"))
         for i, rid in enumerate(c.req_ids):
+            computed, outs = c.num_computed_tokens[i], c.num_output_tokens[i]
+            decode = (computed >= prompt_len[rid] if rid in prompt_len else
+                      out.num_scheduled_tokens[rid] == 1)
             phase = ("resumed" if rid in c.resumed_req_ids else
-                     "decode" if c.num_computed_tokens[i] >= prompt_len.get(rid, 0) else "prefill")
+                     "decode" if outs and decode else "prefill")
             boxes.append((f"{rid}: cached, a diff", f"new_block_ids {c.new_block_ids[i]}\n"
-                          f"num_computed_tokens {c.num_computed_tokens[i]}\n"
-                          f"num_output_tokens {c.num_output_tokens[i]}", phase))
+                          f"num_computed_tokens {computed}\nnum_output_tokens {outs}", phase))
         rows.append(boxes)
     return rows
 
 @styled
-def plot_scheduler_outputs(outputs: list, title: str = ""):
-    """One row per `SchedulerOutput`: a box per request it carries, sent whole (new) or as a diff
+def plot_scheduler_outputs(outputs: list, title: str = "", first_step: int = 0, per_line: int = 2):
+    """One block per `SchedulerOutput`: a box per request it carries, sent whole (new) or as a diff
     (cached), coloured by what its tokens are; the batch-level fields beside them."""
     import matplotlib.pyplot as plt
     from matplotlib.patches import FancyBboxPatch
     rows = _sent(outputs)
-    width = max(len(r) for r in rows)
-    fig, ax = plt.subplots(figsize=(1.1 + 2.75 * width + 2.9, 0.5 + 1.35 * len(rows)))
+    bw, bh, gap = 2.75, 1.25, 0.15                   # a box and the space around it, in inches
+    lines = [max(1, -(-len(r) // per_line)) for r in rows]
+    W, H = 1.1 + bw * per_line + 3.0, 0.9 + (bh + gap) * sum(lines) + 0.25 * len(rows)
+    fig = plt.figure(figsize=(W, H)); plt.close(fig)
+    ax = fig.add_axes([0, 0, 1, 1]); ax.set_xlim(0, W); ax.set_ylim(0, H); ax.axis("off")
+    y = H - 0.45
+    if title: ax.text(W / 2, H - 0.1, title, ha="center", va="top", fontsize=11)
     for k, (out, boxes) in enumerate(zip(outputs, rows)):
-        y = -1.35 * k
-        ax.text(0.95, y + 0.55, f"step {k}", ha="right", va="center", weight="bold")
-        for j, (head, body, phase) in enumerate(boxes):
-            x = 1.1 + 2.75 * j
-            ax.add_patch(FancyBboxPatch((x, y), 2.6, 1.15, boxstyle="round,pad=0,rounding_size=0.06",
-                                        facecolor=PALETTE[phase], edgecolor="black"))
-            ax.text(x + 0.08, y + 1.05, head, va="top", weight="bold")
-            ax.text(x + 0.08, y + 0.78, body, va="top", linespacing=1.15)
-        batch = (f"num_scheduled_tokens\n  {dict(out.num_scheduled_tokens)}\n"
+        ax.text(1.0, y - bh / 2, f"step {first_step + k}", ha="right", va="center", weight="bold")
+        batch = (f"num_scheduled_tokens\n{dict(out.num_scheduled_tokens)}\n"
                  f"finished_req_ids {set(out.finished_req_ids) or '{}'}")
-        ax.text(1.1 + 2.75 * width, y + 1.05, batch, va="top", linespacing=1.2)
+        ax.text(1.1 + bw * per_line + 0.1, y - 0.1, batch, va="top", linespacing=1.2)
+        for j, (head, body, phase) in enumerate(boxes):
+            x, top = 1.1 + bw * (j % per_line), y - (bh + gap) * (j // per_line)
+            ax.add_patch(FancyBboxPatch((x, top - bh), bw - 0.15, bh, facecolor=PALETTE[phase],
+                                        boxstyle="round,pad=0,rounding_size=0.06",
+                                        edgecolor="black"))
+            ax.text(x + 0.08, top - 0.08, head, va="top", weight="bold")
+            ax.text(x + 0.08, top - 0.32, body, va="top", linespacing=1.15)
+        y -= (bh + gap) * max(1, -(-len(boxes) // per_line)) + 0.25
     phases = list(dict.fromkeys(p for r in rows for *_, p in r))
-    ax.legend(handles=key_handles(phases), loc="upper center", bbox_to_anchor=(0.5, 0.0),
+    ax.legend(handles=key_handles(phases), loc="lower center", bbox_to_anchor=(0.5, 0.0),
               ncol=len(phases), frameon=False, title="what the request's tokens are this step")
-    ax.set_xlim(0, 1.1 + 2.75 * width + 2.9); ax.set_ylim(-1.35 * (len(rows) - 1) - 0.1, 1.25)
-    ax.axis("off")
-    if title: ax.set_title(title)
-    fig.tight_layout(); plt.close(fig)
     return fig

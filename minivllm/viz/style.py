@@ -65,7 +65,7 @@ PALETTE = {
 MEANINGS = {
     "prefill": "prompt tokens computed", "decode": "a sampled token computed",
     "resumed": "recomputed, was preempted", "waiting": "queued, none scheduled",
-    "preempted": "preempted in this step", "running": "none scheduled this step",
+    "preempted": "preempted, to resume", "running": "none scheduled this step",
     "held": "KV block held, ref >= 1", "cached": "free, still a prefix hit",
     "empty": "free, empty block", "null": "the null block", "this step": "written or touched now",
     "lost": "work thrown away", "schedule": "host in schedule()", "update": "host in update",
