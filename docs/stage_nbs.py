@@ -469,8 +469,9 @@ def convert(nb, stem, labels, problems=None, head=None, sources=None, notes=None
             md_ = cell.setdefault("metadata", {})
             mod = md_.get("minivllm_module")
             # a figure's code (minivllm.viz) is folded: the figure is the lesson, not its drawing
+            folded = "hide-input" in tags          # imports only (docs/nbproc.py), or asked for
             figure_code = "minivllm-export" in tags and (mod or "").startswith("viz.")
-            if figure_code and "hide-input" not in tags:
+            if figure_code and not folded:
                 tags.append("hide-input")
                 md_["mystnb"] = {k: v.format(module=f"minivllm/{mod.replace('.', '/')}.py")
                                  for k, v in FOLD_PROMPTS.items()}
@@ -478,7 +479,7 @@ def convert(nb, stem, labels, problems=None, head=None, sources=None, notes=None
             if not code.strip() and not cell.get("outputs"): continue
             # exported code (docs/nbproc.py): a small label names the module and links its page
             page = sources.module_page(mod) if (sources and mod) else None
-            if page and "minivllm-export" in tags and ("hide-input" not in tags or figure_code):
+            if page and "minivllm-export" in tags and not folded:
                 cells.append({"cell_type": "markdown", "metadata": {}, "source":
                               f'<p class="export-label">exported to <a class="reference internal" '
                               f'href="{page[1]}"><code>{page[0]}</code></a></p>\n'})

@@ -254,7 +254,7 @@ def plot_schedule_flow(title: str = "Inside schedule(): where each worked exampl
         x, y, h = at[node] if node != "out" else (W / 2 - 0.05, out_y, 0.85)
         w = bw if node != "out" else 7.4
         for k, (label, link) in enumerate(tags):
-            t = ax.text(x + w / 2 - 0.1 - 1.05 * k, y + h / 2, label, ha="right", va="center",
+            t = ax.text(x - w / 2 + 0.12 + 1.0 * k, y + h / 2, label, ha="left", va="center",
                         fontsize=9.5, weight="bold", color=BADGE,
                         bbox=dict(boxstyle="round,pad=0.18", facecolor="white", edgecolor=BADGE))
             t.set_url(link)
@@ -266,6 +266,9 @@ def plot_schedule_flow(title: str = "Inside schedule(): where each worked exampl
                      **MAP_BOXES["engine"]),
                Patch(facecolor=BADGE, edgecolor="none",
                      label="a worked example that runs through it (a link); E6v: E6's variant")]
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 1 - 0.45 / H), ncol=3,
+    if extras:
+        handles.append(Patch(facecolor="white", edgecolor=BADGE, label="what vLLM adds (a link)"))
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 1 - 0.45 / H),
+              ncol=len(handles) if len(handles) < 4 else 2,
               frameon=False, fontsize=9.5, handlelength=1.4)
     return fig

@@ -128,7 +128,8 @@ class StepViewer:
         payload = json.dumps(d).replace("</", "<\\/")
         shown = {r["phase"] for s in d["steps"] for r in s["reqs"]}
         states = {b["state"] for s in d["steps"] for b in s["pool"] or []}
-        key = "".join(f"<span style='background:{c}'>{k}</span>"
+        ink = lambda k: ";color:#fff" if k == "block null" else ""   # the null block is black
+        key = "".join(f"<span style='background:{c}{ink(k)}'>{k}</span>"
                       for k, c in [*((p, c) for p, c in d["phase_colors"].items() if p in shown),
                                    *((f"block {k}", c) for k, c in d["pool_colors"].items()
                                      if k in states)])
