@@ -28,7 +28,7 @@ understands:
   entry, only its label, as an anchor on that code cell: the reader has just read the signature
   and the docstring, and links to the name land on the code (`code_anchors`).
 * exported code of `minivllm.viz` (a figure's drawing) -> folded behind "Show the figure's code":
-  the figure is the lesson.
+  the figure is the lesson; a chapter's own cell of imports (no output) -> folded too.
 * an SVG output -> inline HTML, so its links work (the flowchart's badges link to the chapters);
   `.ipynb` links in HTML outputs -> the site's `.html` pages.
 * under a chapter's title: where it sits on the reading path (docs/reading_path.py): the core path
@@ -57,6 +57,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from source_pages import SourceIndex  # noqa: E402
+from nbproc import is_plumbing  # noqa: E402  (a cell that only imports)
 import reading_path  # noqa: E402
 
 _ARGS = sys.argv[1:] if __name__ == "__main__" else []  # importable (tests/test_site.py)
@@ -468,8 +469,12 @@ def convert(nb, stem, labels, problems=None, head=None, sources=None, notes=None
             inline_svg(cell)
             md_ = cell.setdefault("metadata", {})
             mod = md_.get("minivllm_module")
-            # a figure's code (minivllm.viz) is folded: the figure is the lesson, not its drawing
+            if "minivllm-export" not in tags and not cell.get("outputs") and is_plumbing(code):
+                tags.append("hide-input")          # a chapter's own imports: scaffolding, folded
+                md_["mystnb"] = {"code_prompt_show": "Show the imports",
+                                 "code_prompt_hide": "Hide the imports"}
             folded = "hide-input" in tags          # imports only (docs/nbproc.py), or asked for
+            # a figure's code (minivllm.viz) is folded: the figure is the lesson, not its drawing
             figure_code = "minivllm-export" in tags and (mod or "").startswith("viz.")
             if figure_code and not folded:
                 tags.append("hide-input")
