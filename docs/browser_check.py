@@ -27,17 +27,21 @@ DOCS_STRICT=1):
 * math typeset: every `.math` element rendered by MathJax (served from the site), no TeX left as
   text outside code;
 * figure text: the smallest text of each figure as shown, font (pt) x dpi / 72 x shown width /
-  saved width, at least 9 px (exact when the PNG records `min_font_pt` in a text chunk; else the
+  saved width (an inline SVG: its font size times the scale it is drawn at), at least 9 px (exact when the PNG records `min_font_pt` in a text chunk; else the
   figure fails when even 9-pt text would show under 9 px);
 * the contents (chapter list, "on this page") never break a name mid-word (_static/toc-names.js
-  lets names break after dots and underscores).
+  lets names break after dots and underscores), and "on this page" lists the `##` sections only;
+* the reading path (site_check, from the HTML): each chapter ends with a `## Recap` whose
+  `**Next:**` link, like the page's own "next" link, is the next page on docs/reading_path.py's
+  path; each core chapter shows a figure before its first `##` section ends; no API entry
+  repeats a definition the page shows as code.
 
 Then the search page must find `allocate_slots`, the index's top header must have a search field
-(the theme's, besides the sidebar's) that opens the search box, and every step viewer (chapter
-22's interactive `step_viewer`) must step through its run -- the next button, the arrow keys --
+(the theme's, besides the sidebar's) that opens the search box, and every step viewer (the
+interactive `StepViewer` of chapters 04, 22 and 30) must step through its run -- the next button, the arrow keys --
 with its block pool changing. Screenshots of a few pages (the index, the first chapter of each
 part, the first module source page, or the pages named in DOCS_SHOTS=a,b; top of page, first
-figure, widest code cell) go to docs/_build/screenshots/ for a person to look at. Outputs
+figure, widest code cell, recap) go to docs/_build/screenshots/ for a person to look at. Outputs
 (printed text) that scroll sideways are listed as notes, not failures.
 
 Exit status 0 when all pages pass, 1 otherwise. Without a Chromium binary it prints SKIP and
@@ -201,7 +205,8 @@ PAGE_JS = r"""(async () => {
       widest = {chars: n, top: r.top + window.scrollY, height: r.height, box: p.clientWidth};
     }
   });
-  const fig = art.querySelector('.cell_output img');
+  const fig = art.querySelector('.cell_output img, .cell_output svg, .mv-step-viewer');
+  const recap = document.getElementById('recap');
   const fr = fig ? fig.getBoundingClientRect() : null;
   // the first element whose own text holds Chinese characters, marked for the font check
   const walker = document.createTreeWalker(art, NodeFilter.SHOW_TEXT);
@@ -233,6 +238,15 @@ PAGE_JS = r"""(async () => {
     return {src: i.getAttribute('src'), natural: i.naturalWidth, shown: r.width,
             under: head ? head.innerText.replace(/#$/, '').trim().slice(0, 60) : ''};
   });
+  // inline SVG figures (the flowchart): their smallest text as shown, font size in the SVG's
+  // units times the scale the page draws it at
+  const svgText = Array.from(art.querySelectorAll('.cell_output svg')).map(svg => {
+    const vb = svg.viewBox && svg.viewBox.baseVal, w = svg.getBoundingClientRect().width;
+    const sizes = Array.from(svg.querySelectorAll('text'))
+      .map(t => parseFloat(getComputedStyle(t).fontSize)).filter(x => x > 0);
+    return {id: svg.id || '?', px: sizes.length ? Math.min(...sizes) * (vb && vb.width ? w / vb.width : 1)
+                                                 : null};
+  });
   // the contents (chapter list, "on this page"): a line may break after a space, a dot, an
   // underscore, a slash, a comma, a dash or an opening bracket -- never inside a word
   const badBreaks = [];
@@ -254,8 +268,21 @@ PAGE_JS = r"""(async () => {
       }
     }
   });
+  // "on this page" lists the ## sections only (custom.css): every entry that can show is an h2's,
+  // even with every entry marked active, as the theme marks the section scrolled to
+  const tocItems = Array.from(document.querySelectorAll(
+    '.bd-sidebar-secondary nav li, .bd-sidebar-secondary nav a'));
+  const wasActive = tocItems.map(li => li.classList.contains('active'));
+  tocItems.forEach(li => li.classList.add('active'));
+  const tocDeep = Array.from(document.querySelectorAll('.bd-sidebar-secondary nav a[href^="#"]'))
+    .filter(a => a.offsetParent !== null).filter(a => {
+      const el = document.getElementById(decodeURIComponent(a.getAttribute('href').slice(1)));
+      return !(el && el.tagName === 'SECTION' && el.querySelector(':scope > h2'));
+    }).map(a => a.textContent.trim().slice(0, 60));
+  tocItems.forEach((li, i) => { if (!wasActive[i]) li.classList.remove('active'); });
   const h1 = document.querySelector('h1');
   return {
+    toc_deep: tocDeep, svg_text: svgText,
     maths: maths.length, raw_math: rawMath, raw_tex: rawTex, figs: figs, bad_breaks: badBreaks,
     h1: h1 ? h1.innerText.trim() : null,
     text: (art.innerText || '').trim().length,
@@ -267,6 +294,7 @@ PAGE_JS = r"""(async () => {
     font: getComputedStyle(document.body).fontFamily,
     cjk: cjk ? cjk.textContent.trim().slice(0, 40) : null,
     fig: fr ? [fr.top + window.scrollY, fr.height] : null,
+    recap: recap ? recap.getBoundingClientRect().top + window.scrollY : null,
     widest: widest,
     height: document.documentElement.scrollHeight,
   };
@@ -432,9 +460,14 @@ def check_page(ck, page, chapters):
     for m in r["raw_math"]: errors.append(f"math not typeset (raw TeX shown): {m!r}")
     for t in r["raw_tex"]: errors.append(f"TeX shown as text: {t!r}")
     for b in r["bad_breaks"]: errors.append(f"contents entry broken mid-word: {b}")
+    for t in r["toc_deep"]: errors.append(f"'on this page' lists a non-## entry: {t!r}")
     for f in r["figs"]:
         msg = figure_text(page, f)
         if msg: pending.append(("figure-font", msg))
+    for f in r["svg_text"]:
+        if f["px"] is not None and f["px"] < MIN_TEXT_PX:
+            pending.append(("figure-font", f"inline SVG {f['id']}: its smallest text shows at "
+                                           f"{f['px']:.1f} px < {MIN_TEXT_PX}"))
     for kind, msg in pending:
         (errors if site_check.failing(kind) else notes).append(
             msg if site_check.failing(kind) else f"PENDING [{kind}] {msg}")
@@ -444,6 +477,7 @@ def check_page(ck, page, chapters):
         ck.screenshot(SHOTS / f"{stem}.png", 0)
         if r["fig"]: ck.screenshot(SHOTS / f"{stem}-figure.png", r["fig"][0] - 250)
         if r["widest"]: ck.screenshot(SHOTS / f"{stem}-code.png", r["widest"]["top"] - 150)
+        if r["recap"]: ck.screenshot(SHOTS / f"{stem}-recap.png", r["recap"] - 100)
     print(f"  {page}: {r['text']} chars, {r['n_img']} img, {r['outputs']} outputs, widest code "
           f"line {r['widest']['chars'] if r['widest'] else 0} chars in a "
           f"{r['widest']['box'] if r['widest'] else 0}px box"

@@ -65,9 +65,35 @@ html_theme_options = {
     "use_source_button": False,
     "use_edit_page_button": False,
     "use_issues_button": False,
-    "show_toc_level": 2,
+    "show_toc_level": 1,             # "on this page" lists the ## sections only (custom.css)
     "home_page_in_toc": True,
     "navigation_with_keys": False,
     "use_download_button": False,    # sources are not copied (html_copy_source = False)
     "extra_footer": f"<p>{_s.get('description', '')}</p>",
 }
+
+
+# --- the reading path -------------------------------------------------------------------------
+# Each page's "previous" and "next" links follow the reading path (docs/reading_path.py), as the
+# chapters' recaps do, instead of the file order: 04's next page is 30, a detour's leads back to
+# the path. docs/stage_nbs.py wrote each page's neighbours into the site manifest.
+import html as _html, json as _json
+
+_MANIFEST = _root / "docs" / "_build" / "site_manifest.json"
+
+
+_PAGES = _json.loads(_MANIFEST.read_text(encoding="utf-8"))["pages"] if _MANIFEST.exists() else {}
+
+
+def _path_links(app, pagename, templatename, context, doctree):
+    pages = _PAGES
+    meta = pages.get(pagename)
+    if meta is None: return
+    for key in ("prev", "next"):
+        stem = meta.get(key)
+        context[key] = ({"link": f"{stem}.html", "title": _html.escape(pages[stem]["title"])}
+                        if stem in pages else None)
+
+
+def setup(app):
+    app.connect("html-page-context", _path_links)

@@ -1,9 +1,10 @@
-"""The README's figures: the PNG outputs of nbs/index.ipynb, as files README.md can link.
+"""The README's figures: the image outputs of nbs/index.ipynb (PNG, SVG), as files README.md can link.
 
 README.md is nbs/index.ipynb converted to Markdown (`make readme`: `jupyter nbconvert --to markdown
---stdout`). nbconvert writes an image output as a link, `![png](index_files/NAME)`, and with
-`--stdout` writes no file; NAME is the output's `filename` metadata (the index's figures are
-displayed by `minivllm.viz.engine_map.show_png(fig, NAME)`, so the names are stable). This script
+--stdout`). nbconvert writes an image output as a link, `![png](index_files/NAME.png)` (or
+`![svg](...NAME.svg)`), and with `--stdout` writes no file; NAME is the output's `filename` metadata
+(the index's figures are displayed by `minivllm.viz.engine_map.show_png(fig, NAME)` or
+`show_svg(fig, NAME)`, so the names are stable). This script
 writes each such output to `index_files/NAME` beside README.md, so GitHub and any Markdown viewer
 show the same figures as the site and JupyterLab. `tests/test_site.py` checks that every image
 README.md links exists and equals the index's saved output.
@@ -20,13 +21,17 @@ FOLDER = "index_files"
 
 
 def index_figures(index: Path = INDEX) -> dict[str, bytes]:
-    "{NAME: PNG bytes} of the index's image outputs that carry a `filename` (as nbconvert names them)."
+    "{NAME: bytes} of the index's image outputs that carry a `filename` (as nbconvert names them)."
     out = {}
     for cell in json.loads(index.read_text())["cells"]:
         for o in cell.get("outputs", []):
-            name = (o.get("metadata") or {}).get("filename")
-            if name and "image/png" in o.get("data", {}):
-                out[f"{FOLDER}/{Path(name).name}"] = base64.b64decode(o["data"]["image/png"])
+            name, data = (o.get("metadata") or {}).get("filename"), o.get("data", {})
+            if not name: continue
+            if "image/svg+xml" in data:     # nbconvert's Markdown prefers SVG to PNG
+                svg = "".join(data["image/svg+xml"])
+                out[f"{FOLDER}/{Path(name).stem}.svg"] = svg.encode()
+            elif "image/png" in data:
+                out[f"{FOLDER}/{Path(name).stem}.png"] = base64.b64decode(data["image/png"])
     return out
 
 

@@ -24,6 +24,15 @@ understands:
 * show_doc's `[source](git_url/blob/...)` -> a link to the definition's line on the site's own
   page of its module (docs/source_pages.py writes docs/_nbs/source/: every module of lib_path,
   found by walking it); a second API entry for the same name on a page is dropped.
+* a `show_doc` of a name whose code the page shows (a `class`/`def`, a method, a `@patch`) -> no
+  entry, only its label, as an anchor on that code cell: the reader has just read the signature
+  and the docstring, and links to the name land on the code (`code_anchors`).
+* exported code of `minivllm.viz` (a figure's drawing) -> folded behind "Show the figure's code":
+  the figure is the lesson; a chapter's own cell of imports (no output) -> folded too.
+* an SVG output -> inline HTML, so its links work (the flowchart's badges link to the chapters);
+  `.ipynb` links in HTML outputs -> the site's `.html` pages.
+* under a chapter's title: where it sits on the reading path (docs/reading_path.py): the core path
+  with the chapter marked, or, for a detour, the core chapter it hangs off and where the path goes on.
 
 Chapters are discovered with a glob: `nbs/index.ipynb` is the home page, the other notebooks
 follow in numeric order of their prefix (00_, 01_, ..., then unnumbered ones by name). A chapter's
@@ -48,6 +57,8 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from source_pages import SourceIndex  # noqa: E402
+from nbproc import is_plumbing  # noqa: E402  (a cell that only imports)
+import reading_path  # noqa: E402
 
 _ARGS = sys.argv[1:] if __name__ == "__main__" else []  # importable (tests/test_site.py)
 ROOT = Path(_ARGS[0] if _ARGS else Path(__file__).resolve().parent.parent)
@@ -169,6 +180,36 @@ def split_directives(source):
     return dirs, "\n".join(lines).strip("\n")
 
 
+def defined_names(code):
+    """The names a code cell defines as show_doc names them: `f`, `C`, `C.method` (methods and
+    class attributes of `class C`, and nbdev's `@patch def method(self: C)`)."""
+    import ast
+    try: tree = ast.parse(code)
+    except SyntaxError: return set()
+    names = set()
+    for n in tree.body:
+        if isinstance(n, ast.ClassDef):
+            names.add(n.name)
+            for m in n.body:
+                if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    names.add(f"{n.name}.{m.name}")
+                elif isinstance(m, (ast.Assign, ast.AnnAssign)):
+                    for t in (m.targets if isinstance(m, ast.Assign) else [m.target]):
+                        if isinstance(t, ast.Name): names.add(f"{n.name}.{t.id}")
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            patched = any(ast.unparse(d).split("(")[0] == "patch" for d in n.decorator_list)
+            first = n.args.args[0].annotation if patched and n.args.args else None
+            owners = [a.id for a in ast.walk(first) if isinstance(a, ast.Name)] if first else []
+            names.update(f"{o}.{n.name}" for o in owners) if owners else names.add(n.name)
+    return names
+
+
+def showdoc_name(md):
+    "The name a show_doc entry documents (its heading), or None."
+    m = _re_heading.search(re.sub(r"^\s*---\s*\n", "", md))
+    return m.group(2).replace("\\", "").strip("` ") if m else None
+
+
 def md_outputs(cell):
     "The cell's Markdown outputs (show_doc writes one per call)."
     out = []
@@ -255,6 +296,17 @@ def enum_members(md, name):
                   flags=re.S)
 
 
+def api_label(name, labels):
+    "(anchor, label) of the API entry or code anchor for `name`; labels stay unique on the site."
+    anchor = name.lower()
+    label = base = "api-" + re.sub(r"[^a-z0-9_.]+", "-", anchor)
+    n = 2
+    while label in labels:  # same name shown twice: keep labels unique (first one wins links)
+        label, n = f"{base}-{n}", n + 1
+    labels.add(label)
+    return anchor, label
+
+
 def showdoc_to_markdown(md, labels, sources=None, seen=None, chapter=None):
     """show_doc's Markdown output -> Markdown cell text: label, heading, source link, signature, doc.
     Returns (text, (anchor, label)), or (None, name) when `seen` already holds this name (the page
@@ -273,12 +325,7 @@ def showdoc_to_markdown(md, labels, sources=None, seen=None, chapter=None):
     md = _re_srclink.sub(lambda k: source_link(k.group(1), name, sources, chapter), md)
     m = _re_heading.search(md)
     if not m: return md, None
-    anchor = name.lower()
-    label = base = "api-" + re.sub(r"[^a-z0-9_.]+", "-", anchor)
-    n = 2
-    while label in labels:  # same name shown twice: keep labels unique (first one wins links)
-        label, n = f"{base}-{n}", n + 1
-    labels.add(label)
+    anchor, label = api_label(name, labels)
     body = (md[:m.start()] + md[m.end():]).strip()
     heading = m.group(0).strip()
     if "`" not in heading:  # `__getattr__` is a name, not bold `getattr`
@@ -304,14 +351,85 @@ def linkify(text):
         return text
 
 
-def convert(nb, stem, labels, problems=None, head=None, sources=None, notes=None):
+def inline_svg(cell):
+    """An SVG output goes into the page itself, as HTML, so that its links work (myst-nb would show
+    it as an <img>, whose links a browser ignores): the flowchart's badges link to the chapters."""
+    for o in cell.get("outputs", []):
+        d = o.get("data", {})
+        if "image/svg+xml" not in d: continue
+        svg = "".join(d.pop("image/svg+xml"))
+        svg = svg[svg.index("<svg"):]                  # no XML declaration or DOCTYPE inside HTML
+        d["text/html"] = f'<div class="inline-svg">{svg}</div>'
+        d.pop("image/png", None)
+
+
+def shown_definitions(cells):
+    "{name: index of the code cell that defines it} for the code cells a page shows."
+    shown = {}
+    for i, cell in enumerate(cells):
+        if cell["cell_type"] != "code": continue
+        dirs, code = split_directives(src(cell))
+        tags = cell.get("metadata", {}).get("tags", [])
+        if _re_showdoc.search(code) or {"remove-cell", "remove-input"} & set(tags) or \
+                "false" in (dirs.get("echo", "").lower(), dirs.get("include", "").lower()):
+            continue
+        for name in defined_names(code): shown.setdefault(name, i)
+    return shown
+
+
+def code_anchors(cells, labels, shown):
+    """show_doc entries of names whose code the page shows become anchors on that code: no stub
+    repeating a signature and docstring the reader has just read. Returns ({cell index: [label]},
+    {anchor: label}, {names anchored})."""
+    targets, api, anchored = {}, {}, set()
+    for cell in cells:
+        if cell["cell_type"] != "code" or not _re_showdoc.search(src(cell)): continue
+        for md in md_outputs(cell):
+            name = showdoc_name(md)
+            if name not in shown or name in anchored: continue
+            anchor, label = api_label(name, labels)
+            targets.setdefault(shown[name], []).append(label)
+            api.setdefault(anchor, label)
+            anchored.add(name)
+    return targets, api, anchored
+
+
+def path_box(stem, path, titles):
+    "Markdown under a chapter's title: where it sits on the reading path (docs/reading_path.py)."
+    if path is None: return ""
+    role = reading_path.role(stem)
+    link = lambda st: f"[{titles.get(st, st)}]({st}.ipynb)"
+    if role == "core":
+        steps = [f"**{reading_path.number(st)}**" if st == stem else
+                 f"[{reading_path.number(st)}]({st}.ipynb)" for st in path.core]
+        i = path.core.index(stem) + 1
+        text = f"The core path, chapter {i} of {len(path.core)}: " + " → ".join(steps)
+    elif role == "detour":
+        home = path.by_num[reading_path.anchor(stem)]
+        nxt = path.next(home)
+        text = (f"A detour from {link(home)}, optional on a first reading; the core path goes on "
+                f"with {link(nxt)}." if nxt else f"A detour from {link(home)}.")
+    else:
+        return ""
+    return f"\n:::{{container}} reading-path\n{text}\n:::\n"
+
+
+FOLD_PROMPTS = {"code_prompt_show": "Show the figure's code ({module})",
+                "code_prompt_hide": "Hide the figure's code ({module})"}
+
+
+def convert(nb, stem, labels, problems=None, head=None, sources=None, notes=None, path=None,
+            titles=None):
     """Rewrite one processed notebook in place; returns its {anchor: label} map of API entries.
-    `head`: (title, summary, rest) of the source notebook's H1 cell (see `title_cell`)."""
-    cells, api, title, seen = [], {}, None, set()
+    `head`: (title, summary, rest) of the source notebook's H1 cell (see `title_cell`); `path`:
+    the reading path (`reading_path.Path`) and `titles` the pages' titles, for the path box."""
+    cells, title, seen = [], None, set()
     problems = [] if problems is None else problems
     notes = [] if notes is None else notes
     h_title, h_summary, h_rest = head or (None, "", "")
-    for cell in nb["cells"]:
+    targets, api, anchored = code_anchors(nb["cells"], labels, shown_definitions(nb["cells"]))
+    seen |= anchored
+    for i, cell in enumerate(nb["cells"]):
         s = src(cell)
         fm = frontmatter(cell) if cell["cell_type"] == "raw" and title is None else None
         if fm is not None:
@@ -319,6 +437,7 @@ def convert(nb, stem, labels, problems=None, head=None, sources=None, notes=None
             text = f"# {numbered(stem, title)}\n"
             summary = h_summary or fm.get("description")
             if summary: text += f"\n:::{{container}} chapter-summary\n{summary}\n:::\n"
+            text += path_box(stem, path, titles or {})
             if h_rest: text += "\n" + linkify(h_rest) + "\n"
             cells.append({"cell_type": "markdown", "metadata": {}, "source": text})
             continue
@@ -329,6 +448,7 @@ def convert(nb, stem, labels, problems=None, head=None, sources=None, notes=None
             mds = md_outputs(cell)
             if _re_showdoc.search(code) and mds:
                 for md in mds:
+                    if showdoc_name(md) in anchored: continue   # an anchor on the code instead
                     text, entry = showdoc_to_markdown(md, labels, sources, seen, stem)
                     if text is None:
                         notes.append(f"{stem}: a second API entry for `{entry}` dropped"); continue
@@ -346,16 +466,31 @@ def convert(nb, stem, labels, problems=None, head=None, sources=None, notes=None
             if "code-fold" in dirs and dirs["code-fold"].lower() not in ("false", "show"):
                 tags.append("hide-input")
             cell["source"] = code
+            inline_svg(cell)
             md_ = cell.setdefault("metadata", {})
+            mod = md_.get("minivllm_module")
+            if "minivllm-export" not in tags and not cell.get("outputs") and is_plumbing(code):
+                tags.append("hide-input")          # a chapter's own imports: scaffolding, folded
+                md_["mystnb"] = {"code_prompt_show": "Show the imports",
+                                 "code_prompt_hide": "Hide the imports"}
+            folded = "hide-input" in tags          # imports only (docs/nbproc.py), or asked for
+            # a figure's code (minivllm.viz) is folded: the figure is the lesson, not its drawing
+            figure_code = "minivllm-export" in tags and (mod or "").startswith("viz.")
+            if figure_code and not folded:
+                tags.append("hide-input")
+                md_["mystnb"] = {k: v.format(module=f"minivllm/{mod.replace('.', '/')}.py")
+                                 for k, v in FOLD_PROMPTS.items()}
             if tags: md_["tags"] = sorted(set(tags))
             if not code.strip() and not cell.get("outputs"): continue
             # exported code (docs/nbproc.py): a small label names the module and links its page
-            mod = md_.get("minivllm_module")
             page = sources.module_page(mod) if (sources and mod) else None
-            if page and "minivllm-export" in tags and "hide-input" not in tags:
+            if page and "minivllm-export" in tags and not folded:
                 cells.append({"cell_type": "markdown", "metadata": {}, "source":
                               f'<p class="export-label">exported to <a class="reference internal" '
                               f'href="{page[1]}"><code>{page[0]}</code></a></p>\n'})
+            if i in targets:   # the API anchors of the names this cell defines (code_anchors)
+                cells.append({"cell_type": "markdown", "metadata": {},
+                              "source": "".join(f"({label})=\n" for label in targets[i])})
         cells.append(cell)
     if title is None:  # no H1 + summary in the notebook: give the page a title anyway
         first_md = next((src(c) for c in cells if c["cell_type"] == "markdown"), "")
@@ -386,6 +521,27 @@ def rewrite_links(nb, page2doc, api):
             d = o.get("data", {})
             if "text/markdown" in d:
                 d["text/markdown"] = pat.sub(sub, "".join(d["text/markdown"]) if isinstance(d["text/markdown"], list) else d["text/markdown"])
+            if "text/html" in d:   # an HTML output's links to chapters (the flowchart's badges)
+                d["text/html"] = html_links("".join(d["text/html"]) if isinstance(
+                    d["text/html"], list) else d["text/html"])
+
+
+_re_nb_href = re.compile(r'((?:xlink:)?href=")(\d+_[\w-]+|index)\.ipynb([#"])')
+
+
+def html_links(html):
+    "`href=\"04_scheduler.ipynb#x\"` (what works in JupyterLab) -> the site's `04_scheduler.html#x`."
+    return _re_nb_href.sub(r"\1\2.html\3", html)
+
+
+def core_path_list(path, md_titles):
+    "The home page's reading path: the core chapters in order, each with its detours."
+    out = ["**The core path**, in this order (each chapter's recap links the next one; a detour's "
+           "recap leads back to the path):", ""]
+    for i, st in enumerate(path.core, 1):
+        detours = ", ".join(f"[{md_titles[d]}]({d}.ipynb)" for d in path.detours(st))
+        out.append(f"{i}. [{md_titles[st]}]({st}.ipynb)" + (f"; detours: {detours}" if detours else ""))
+    return out + [""]
 
 
 def main():
@@ -405,6 +561,12 @@ def main():
     labels, nbs, api, page2doc, problems, sources = set(), {}, {}, {}, [], set()
     notes, manifest, titles, md_titles = [], {}, {}, {}
     lib = SourceIndex(ROOT, C.get("lib_path", C.get("lib_name", "")))
+    heads = {p.stem: title_cell(json.loads(p.read_text(encoding="utf-8"))) for p in index + chapters}
+    for stem, head in heads.items():
+        title = head[0] or stem
+        titles[stem] = numbered(stem, plain(title)) if stem != "index" else plain(title)
+        md_titles[stem] = numbered(stem, title)  # with its `code`, for Markdown links
+    path = reading_path.Path(heads)
     for p in index + chapters:
         proc = PROC / p.name
         if not proc.exists(): sys.exit(f"stage_nbs: {proc} missing: did proc_nbs fail?")
@@ -420,15 +582,13 @@ def main():
                 if orig.exists() and p.stat().st_mtime < orig.stat().st_mtime:
                     print(f"stage_nbs: note: {orig} changed after it was executed", flush=True)
         raw = json.loads(p.read_text(encoding="utf-8"))
-        head = title_cell(raw)
-        api[p.stem] = convert(nb, p.stem, labels, problems, head, lib, notes)
-        title = head[0] or p.stem
-        titles[p.stem] = numbered(p.stem, plain(title)) if p.stem != "index" else plain(title)
-        md_titles[p.stem] = numbered(p.stem, title)  # with its `code`, for Markdown links
+        head = heads[p.stem]
+        api[p.stem] = convert(nb, p.stem, labels, problems, head, lib, notes, path, md_titles)
         manifest[p.stem] = {"page": f"{p.stem}.html", "number": chapter_number(p.stem),
                             "part": part_of(p.stem) if p.stem != "index" else None,
                             "title": titles[p.stem], "summary": head[1],
-                            "exports": exported_defs(raw)}
+                            "exports": exported_defs(raw), "role": reading_path.role(p.stem),
+                            "next": path.next(p.stem), "prev": path.prev(p.stem)}
         n_out = sum(1 for c in nb["cells"] if c["cell_type"] == "code" and c.get("outputs"))
         if p.stem != "index" and n_out + len(api[p.stem]) == 0:
             problems.append(f"{p.stem}: the page has no outputs (run the notebook and save it)")
@@ -462,7 +622,7 @@ def main():
         if i == len(parts) - 1:
             toc.append(f"- [Source code]({src_index}.md): every module of the package, highlighted.")
         toc.append("")
-    toc = ["", "## Chapters", ""] + toc
+    toc = ["", "## Chapters", ""] + core_path_list(path, md_titles) + toc
     if index:
         nbs["index"]["cells"].append({"cell_type": "markdown", "id": "toc-chapters", "metadata": {}, "source": "\n".join(toc)})
     else:

@@ -211,7 +211,8 @@ class TimelineRecorder:
         onoff = lambda b: "on" if b else "off"
         return (f"{self.device} | budget {s['max_num_batched_tokens']}, "
                 f"max_num_seqs {s['max_num_seqs']}, block_size {s['block_size']}, "
-                f"{s['num_gpu_blocks']} blocks, chunked prefill {onoff(s['enable_chunked_prefill'])}, "
+                f"{s['num_gpu_blocks'] - 1} blocks + the null block, "
+                f"chunked prefill {onoff(s['enable_chunked_prefill'])}, "
                 f"long-prefill threshold {s['long_prefill_token_threshold']}, {s['policy']}, "
                 f"prefix caching {onoff(s['enable_prefix_caching'])}")
 

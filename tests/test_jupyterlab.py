@@ -28,7 +28,7 @@ from minivllm.request import Request
 from minivllm.sampling_params import SamplingParams
 from minivllm.testing.timeline import run_with_recorder
 from minivllm.timeline import TimelineRecorder
-from minivllm.viz.step_viewer import step_viewer
+from minivllm.viz.timeline import step_viewer
 scheduler = Scheduler(SchedulerConfig(16, 8, 48), CacheConfig(4, 13))
 arrivals = {0: [Request(f"R{i}", list(range(100 * i, 100 * i + 10)),
                        SamplingParams(max_tokens=12, ignore_eos=True)) for i in range(4)]}

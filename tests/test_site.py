@@ -186,15 +186,16 @@ def test_readme_images_are_the_index_figures():
     "Every image README.md links exists beside it and is the index's saved output (readme_figures)."
     rf = _mod("readme_figures")
     figures = rf.index_figures()
-    assert figures, "the index shows its figures with show_png(fig, NAME)"
+    assert figures, "the index shows its figures with show_png / show_svg(fig, NAME)"
     linked = rf.readme_images()
     assert sorted(linked) == sorted(figures), "run `make readme` (README.md from nbs/index.ipynb)"
     for rel in linked:
         path = rf.ROOT / rel
         assert path.is_file() and path.read_bytes() == figures[rel], \
             f"{rel} is not the index's output: run `python docs/readme_figures.py`"
-        info = _mod("site_check").png_info(path.read_bytes())
-        assert info["color"] in ("RGB", "RGBA") and info["dpi"] >= 100
+        if path.suffix == ".png":
+            info = _mod("site_check").png_info(path.read_bytes())
+            assert info["color"] in ("RGB", "RGBA") and info["dpi"] >= 100
         assert path.stat().st_size < 200_000, f"{rel}: keep the README's figures small"
 
 
@@ -215,3 +216,48 @@ def test_an_enum_entry_lists_its_members():
     assert f"    WAITING = {RequestStatus.WAITING.value}" in md
     assert st.enum_members("[source](https://x/blob/main/minivllm/request.py#L1)\n```python\n"
                            "def Request(a):\n```", "Request").endswith("def Request(a):\n```")
+
+
+def test_reading_path_is_the_one_the_index_states():
+    "The index's prose names the core path docs/reading_path.py defines, in the same order."
+    import json, re
+    rp = _mod("reading_path")
+    index = json.loads((DOCS.parent / "nbs" / "index.ipynb").read_text())
+    text = "".join("".join(c["source"]) for c in index["cells"] if c["cell_type"] == "markdown")
+    stated = re.search(r"(\d\d(?: → \d\d)+)", text).group(1).split(" → ")
+    assert stated == rp.CORE
+
+
+def test_reading_path_next_and_previous():
+    rp = _mod("reading_path")
+    stems = ["index", "00_a", "01_b", "02_c", "03_d", "04_e", "05_f", "06_g", "10_h", "11_i",
+             "20_j", "21_k", "22_l", "23_m", "30_n", "31_o", "33_p", "98_q", "99_r"]
+    path = rp.Path(stems)
+    chain, stem = [], "index"
+    while stem: chain.append(stem); stem = path.next(stem)
+    assert chain == ["index", "00_a", "01_b", "02_c", "03_d", "04_e", "30_n", "21_k", "22_l",
+                     "33_p", "98_q", "99_r"]
+    assert [path.next(s) for s in ("05_f", "06_g", "10_h", "11_i", "20_j", "23_m", "31_o")] == \
+        ["06_g", "30_n", "11_i", "22_l", "23_m", "33_p", "21_k"]
+    assert [path.prev(s) for s in ("00_a", "30_n", "05_f", "06_g", "98_q")] == \
+        ["index", "04_e", "04_e", "05_f", "33_p"]
+    assert rp.role("05_f") == "detour" and rp.anchor("12_x") == "21"
+
+
+def test_show_doc_of_shown_code_becomes_an_anchor():
+    "A show_doc entry of a name the page defines in code is an anchor on that code, not a stub."
+    st = _mod("stage_nbs")
+    code = {"cell_type": "code", "source": "#| export\nclass S:\n    def go(self): pass",
+            "metadata": {"tags": ["minivllm-export"]}, "outputs": []}
+    md = "---\n\n### S.go\n\n```python\ndef go(self)\n```\n"
+    doc = {"cell_type": "code", "source": "show_doc(S.go)", "metadata": {},
+           "outputs": [{"output_type": "display_data", "data": {"text/markdown": md}}]}
+    other = {"cell_type": "code", "source": "show_doc(T)", "metadata": {},
+             "outputs": [{"output_type": "display_data", "data": {"text/markdown": "### T\n"}}]}
+    nb = {"cells": [code, doc, other]}
+    api = st.convert(nb, "04_x", set())
+    sources = [c["source"] for c in nb["cells"]]
+    assert api == {"s.go": "api-s.go", "t": "api-t"}
+    assert "(api-s.go)=\n" in sources and not any("### S.go" in s for s in sources)
+    assert any(s.startswith("(api-t)=\n### T") for s in sources)       # T's code is not here
+    assert st.defined_names("@patch\ndef f(self: A | B): pass") == {"A.f", "B.f"}

@@ -20,7 +20,7 @@ from minivllm.viz.timeline import (plot_timeline, plot_kv_cache, plot_pool_at, p
 from minivllm.core.block_pool import PoolSnapshot
 from minivllm.viz.block_pool import plot_block_pool
 from minivllm.viz.scheduler import plot_grants
-from minivllm.viz.step_viewer import step_viewer
+from minivllm.viz.timeline import step_viewer
 from minivllm.viz.style import MIN_TEXT_PX, PAGE_WIDTH_PX, png_width, smallest_text_px
 
 

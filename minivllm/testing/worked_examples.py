@@ -110,9 +110,9 @@ def e7_workload() -> dict:
 def e8_workload() -> dict:
     "E8: the prefix-caching design doc's story, 10 usable blocks of 4 tokens."
     return example_workload("E8", [
-        example_request("Req0", range(100, 115), 3),
+        example_request("Req0", range(100, 115), 4),
         example_request("Req1", list(range(100, 110)) + [200, 201, 202, 203], 2, arrival_step=2),
-        example_request("Req2", list(range(100, 112)) + list(range(300, 321)), 2, arrival_step=4)],
+        example_request("Req2", list(range(100, 112)) + list(range(300, 317)), 2, arrival_step=4)],
         max_model_len=40, max_num_batched_tokens=64, num_blocks=11)
 
 # %% ../../nbs/30_worked_examples.ipynb #aab66bb1

@@ -2,13 +2,13 @@
 
 # %% ../../nbs/06_async_scheduler.ipynb #3261b684
 from __future__ import annotations
-from .style import styled
+from .style import PALETTE, styled
 
 # %% auto #0
 __all__ = ['HOST_COLORS', 'plot_host_and_model']
 
 # %% ../../nbs/06_async_scheduler.ipynb #ba35d8c8
-HOST_COLORS = {"schedule": "tab:blue", "update": "tab:orange"}
+HOST_COLORS = {k: PALETTE[k] for k in ("schedule", "update")}   # chapter 00's palette
 
 @styled
 def plot_host_and_model(runs: dict[str, tuple[list, list]], title: str = "", start_step: int = 0):
@@ -22,13 +22,14 @@ def plot_host_and_model(runs: dict[str, tuple[list, list]], title: str = "", sta
         host, model = [h for h in host if h[2] > t0], model[start_step:]
         for kind, a, b in host:
             ax.broken_barh([(ms(a), ms(b) - ms(a))], (1.1, 0.8), color=HOST_COLORS[kind])
-        ax.broken_barh([(ms(a), ms(b) - ms(a)) for a, b in model], (0.1, 0.8), color="0.45",
+        ax.broken_barh([(ms(a), ms(b) - ms(a)) for a, b in model], (0.1, 0.8),
+                       color=PALETTE["model"],
                        edgecolor="white", linewidth=0.8)
         ax.set_yticks([0.5, 1.5], ["model", "host"]); ax.set_xlim(0, None)
         ax.set_title(name, loc="left")
     axes[-1].set_xlabel(f"ms since model step {start_step}")
     handles = [Patch(color=c, label=k) for k, c in HOST_COLORS.items()]
-    handles.append(Patch(color="0.45", label="model step"))
+    handles.append(Patch(color=PALETTE["model"], label="model step"))
     fig.legend(handles=handles, loc="upper right", ncol=3, frameon=False)
     if title: fig.suptitle(title, x=0.01, ha="left")
     fig.tight_layout(); plt.close(fig)

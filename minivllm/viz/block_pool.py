@@ -3,14 +3,62 @@
 # %% ../../nbs/02_block_pool.ipynb #20f76c0b
 from __future__ import annotations
 from ..core.block_pool import PoolSnapshot
-from .style import styled
+from .style import PALETTE, styled
 
 # %% auto #0
-__all__ = ['BLOCKS_PER_LINE', 'plot_block_pool']
+__all__ = ['BLOCKS_PER_LINE', 'POOL_STATES', 'plot_hash_chain', 'block_state', 'plot_block_pool']
+
+# %% ../../nbs/02_block_pool.ipynb #dbc22307
+def _short(h: bytes) -> str: return h.hex()[:6]
+
+@styled
+def plot_hash_chain(requests: list, block_size: int, title: str = ""):
+    """Each request's blocks with their chained hashes; a later request's leading blocks whose
+    hashes an earlier request already has are its prefix hit (yellow), up to the first miss."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch, Rectangle
+    n_blocks = max(-(-r.num_tokens // block_size) for r in requests)
+    fig, ax = plt.subplots(figsize=(1.6 + 2.05 * n_blocks, 0.6 + 1.45 * len(requests)))
+    seen = set()
+    for row, req in enumerate(requests):
+        y, hit = -1.45 * row, True
+        ax.text(-0.15, y + 0.5, f"{req.request_id}\n({req.num_tokens} tokens)", ha="right",
+                va="center")
+        for b in range(-(-req.num_tokens // block_size)):
+            toks = req.all_token_ids[b * block_size:(b + 1) * block_size]
+            full = b < len(req.block_hashes)
+            h = req.block_hashes[b] if full else None
+            hit = hit and full and h in seen
+            ax.add_patch(Rectangle((2.05 * b, y), 1.8, 0.9, linewidth=2.2 if full else 1.2,
+                                   ls="-" if full else "--", edgecolor="black",
+                                   facecolor=PALETTE["this step"] if hit else "white"))
+            ax.text(2.05 * b + 0.9, y + 0.6, " ".join(map(str, toks)), ha="center", va="center")
+            note = (f"hash {_short(h)}" if full else "not full: no hash")
+            if full and not hit and h not in seen and row: note += "  (miss)"
+            ax.text(2.05 * b + 0.9, y + 0.22, note, ha="center", va="center")
+            if full and b:   # the chain: this hash covers the one before it
+                ax.annotate("", (2.05 * b + 0.05, y + 0.22), (2.05 * b - 0.3, y + 0.22),
+                            arrowprops=dict(arrowstyle="->", lw=1.2))
+        seen.update(req.block_hashes)
+    handles = [Patch(facecolor="white", edgecolor="black", lw=2.2, label="full block: hashed"),
+               Patch(facecolor="white", edgecolor="black", ls="--", label="partial block"),
+               Patch(facecolor=PALETTE["this step"], edgecolor="black", lw=2.2,
+                     label="prefix hit: an earlier request has the same hash")]
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=3,
+              frameon=False, handlelength=1.2)
+    ax.set_xlim(-1.6, 2.05 * n_blocks); ax.set_ylim(-1.45 * (len(requests) - 1) - 0.15, 1.0)
+    ax.axis("off")
+    if title: ax.set_title(title)
+    fig.tight_layout(); plt.close(fig)
+    return fig
 
 # %% ../../nbs/02_block_pool.ipynb #97b1591a
-_POOL_COLORS = {"null": "#bbbbbb", "held": "#8fb8de", "cached": "#f5b971", "empty": "#ffffff"}
 BLOCKS_PER_LINE = 14
+POOL_STATES = ("held", "cached", "empty", "null")
+
+def block_state(block_id: int, ref_cnt: int, hashed: bool) -> str:
+    "A block as the figures colour it: null, held (ref >= 1), cached (free, hashed) or empty."
+    return "null" if block_id == 0 else "held" if ref_cnt > 0 else "cached" if hashed else "empty"
 
 def _draw_snapshot(ax, y: float, snap: PoolSnapshot, id_offset: int) -> float:
     "Draw one snapshot from height `y` down (blocks, then its free queue); returns the next `y`."
@@ -20,12 +68,12 @@ def _draw_snapshot(ax, y: float, snap: PoolSnapshot, id_offset: int) -> float:
     ax.text(-0.3, y + 0.45, snap.label, ha="right", va="center")
     for bid, (ref, hashed) in enumerate(zip(snap.ref_cnts, snap.hashed)):
         x, row_y = bid % BLOCKS_PER_LINE, y - bid // BLOCKS_PER_LINE
-        kind = "null" if bid == 0 else "held" if ref > 0 else "cached" if hashed else "empty"
-        ax.add_patch(Rectangle((x, row_y), 0.9, 0.9, facecolor=_POOL_COLORS[kind],
-                               edgecolor="black", linewidth=2.5 if hashed else 0.8))
+        state = block_state(bid, ref, hashed)
+        ax.add_patch(Rectangle((x, row_y), 0.9, 0.9, facecolor=PALETTE[state], edgecolor="black",
+                               linewidth=2.5 if hashed else 0.8))
         name = "null" if bid == 0 else str(bid + id_offset)
         ax.text(x + 0.45, row_y + (0.45 if bid == 0 else 0.64), name, ha="center", va="center",
-                weight="bold")
+                weight="bold", color="white" if bid == 0 else "black")
         if bid:
             state = f"ref {ref}" if ref > 0 else f"q{queue_pos[bid]}"
             ax.text(x + 0.45, row_y + 0.24, state, ha="center", va="center", fontsize=9.5)
@@ -36,16 +84,20 @@ def _draw_snapshot(ax, y: float, snap: PoolSnapshot, id_offset: int) -> float:
     ax.text(0, y + 0.75, text, va="top", fontsize=9.5, color="#333333")
     return y - 0.35 * (text.count("\n") + 1) - 0.25
 
-def _pool_key(ax) -> None:
-    "The figure's key, under the rows: what each colour, frame and label means."
+def _pool_key(ax, snapshots: list[PoolSnapshot]) -> None:
+    "The figure's key, under the rows: the colours, frame and labels these snapshots show."
     from matplotlib.patches import Patch
-    handles = [Patch(facecolor=_POOL_COLORS["held"], edgecolor="black", label="held (ref N)"),
-               Patch(facecolor=_POOL_COLORS["cached"], edgecolor="black", lw=2.5,
-                     label="free, cached (a hit)"),
-               Patch(facecolor=_POOL_COLORS["empty"], edgecolor="black", label="free, empty"),
-               Patch(facecolor=_POOL_COLORS["null"], edgecolor="black", label="null block"),
-               Patch(facecolor="white", edgecolor="black", lw=2.5, label="bold frame: hashed"),
-               Patch(facecolor="white", edgecolor="white", label="qN: N-th in free queue")]
+    blocks = [(b, r, h) for s in snapshots for b, (r, h) in enumerate(zip(s.ref_cnts, s.hashed))]
+    shown = {block_state(*blk) for blk in blocks}
+    labels = {"held": "held (ref N)", "cached": "free, cached (a hit)", "empty": "free, empty",
+              "null": "null block"}
+    handles = [Patch(facecolor=PALETTE[k], edgecolor="black", lw=2.5 if k == "cached" else 0.8,
+                     label=labels[k]) for k in POOL_STATES if k in shown]
+    if any(h for _, r, h in blocks if r > 0):
+        handles.append(Patch(facecolor="white", edgecolor="black", lw=2.5,
+                             label="bold frame: hashed"))
+    if any(s.free_queue for s in snapshots):
+        handles.append(Patch(facecolor="white", edgecolor="white", label="qN: N-th in free queue"))
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=3,
               frameon=False, handlelength=1.2, columnspacing=1.2)
 
@@ -68,6 +120,6 @@ def plot_block_pool(snapshots: list[PoolSnapshot], title: str = "", id_offset: i
     ax.set_xlim(-label_w / 0.62, max(per_line, 9)); ax.set_ylim(y + 0.45, 1.0); ax.axis("off")
     fig.set_size_inches(fig.get_size_inches()[0], 0.62 * (0.55 - y) + 0.6)   # rows keep their size
     if title: ax.set_title(title)
-    _pool_key(ax)
+    _pool_key(ax, snapshots)
     fig.tight_layout(); plt.close(fig)
     return fig

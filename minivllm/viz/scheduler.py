@@ -2,34 +2,126 @@
 
 # %% ../../nbs/04_scheduler.ipynb #929c5135
 from __future__ import annotations
-from .style import styled
+from .style import PALETTE, key_handles, styled
+from .block_pool import block_state
 
 # %% auto #0
-__all__ = ['plot_grants']
+__all__ = ['grant_phase', 'plot_grants', 'as_trace', 'plot_budget_and_pool']
 
 # %% ../../nbs/04_scheduler.ipynb #999f6bd8
+def grant_phase(entry: dict) -> str:
+    """What a trace's scheduled entry computed: 'resumed' (back from a preemption), 'decode' (the
+    token sampled the step before) or 'prefill' (prompt tokens, a whole prompt or a chunk)."""
+    if entry.get("kind") == "resumed": return "resumed"
+    outs, computed = entry.get("num_output_tokens", 0), entry["num_computed_tokens"]
+    decode = outs > 0 and computed == entry["num_tokens"] - 1
+    return "decode" if decode else "prefill"
+
 @styled
 def plot_grants(trace: dict, budget: int | None = None, title: str = "", ax=None):
-    "Stacked bars of tokens granted per step and request; preempted ids marked ✗ (`ax`: optional)."
+    """Stacked bars of tokens granted per step, one segment per request (its id written on it),
+    coloured by what it computed; preempted ids marked ✗ (`ax`: draw into it)."""
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
     steps = [st for st in trace["steps"] if not st.get("idle")]
-    ids = list(dict.fromkeys(rid for st in steps for rid in st["num_scheduled_tokens"]))
     fig, ax = plt.subplots(figsize=(7.5, 3.2)) if ax is None else (None, ax)
-    xs, bottom = [st["step"] for st in steps], [0] * len(steps)
-    for rid in ids:
-        h = [st["num_scheduled_tokens"].get(rid, 0) for st in steps]
-        ax.bar(xs, h, bottom=bottom, label=rid)
-        bottom = [b + x for b, x in zip(bottom, h)]
-    for x, top, st in zip(xs, bottom, steps):
+    ymax = 1.12 * max([budget or 0, *(sum(st["num_scheduled_tokens"].values()) for st in steps), 1])
+    ax.set_ylim(0, ymax)
+    pt_per_token = ax.get_window_extent().height * 72 / ax.figure.dpi / ymax
+    phases = set()
+    for st in steps:
+        entries = {e["req_id"]: e for e in st.get("scheduled", [])}
+        bottom = 0
+        for rid, n in st["num_scheduled_tokens"].items():
+            phase = grant_phase(entries[rid]) if rid in entries else None
+            phases.add(phase)
+            ax.bar(st["step"], n, bottom=bottom, color=PALETTE[phase] if phase else "white",
+                   edgecolor="black", linewidth=0.6)
+            if n * pt_per_token >= 11:     # room for the request's id
+                ax.text(st["step"], bottom + n / 2, rid, ha="center", va="center")
+            bottom += n
         if st.get("preempted_req_ids"):
             label = "\u2717" + ",".join(st["preempted_req_ids"])            # ✗: preempted
-            ax.annotate(label, (x, top), xytext=(0, 2), textcoords="offset points", ha="center",
-                        va="bottom", color="red")
-    if budget: ax.axhline(budget, color="black", lw=0.8, ls="--", label="token budget")
-    ax.set_ylim(0, 1.12 * max([budget or 0, *bottom, 1]))
+            ax.annotate(label, (st["step"], bottom), xytext=(0, 2), textcoords="offset points",
+                        ha="center", va="bottom", color=PALETTE["lost"])
+    handles = key_handles([p for p in ("prefill", "decode", "resumed") if p in phases])
+    if budget:
+        ax.axhline(budget, color="black", lw=0.8, ls="--")
+        handles.append(Line2D([], [], color="black", lw=0.8, ls="--", label="token budget"))
+    if any(st.get("preempted_req_ids") for st in steps):
+        handles.append(Line2D([], [], color=PALETTE["lost"], marker="$\u2717$", ls="none",
+                              label="preempted"))
     ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
     ax.set_xlabel("step"); ax.set_ylabel("tokens scheduled"); ax.set_title(title)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     if fig is None: return ax
+    fig.tight_layout(); plt.close(fig)
+    return fig
+
+# %% ../../nbs/04_scheduler.ipynb #37947244
+def as_trace(outs, first_step=0):
+    "Consecutive `SchedulerOutput`s as the minimal trace `plot_grants` draws (with what each ran)."
+    steps, prompt_len = [], {}
+    for i, o in enumerate(outs):
+        c = o.scheduled_cached_reqs
+        entries = [dict(req_id=n.req_id, kind="new", num_computed_tokens=n.num_computed_tokens,
+                        num_tokens=len(n.prompt_token_ids), num_output_tokens=0)
+                   for n in o.scheduled_new_reqs]
+        prompt_len |= {n.req_id: len(n.prompt_token_ids) for n in o.scheduled_new_reqs}
+        entries += [dict(req_id=rid, kind="resumed" if rid in c.resumed_req_ids else "running",
+                         num_computed_tokens=nc, num_output_tokens=no,
+                         num_tokens=prompt_len.get(rid, nc) + no)
+                    for rid, nc, no in zip(c.req_ids, c.num_computed_tokens, c.num_output_tokens)]
+        steps.append({"step": first_step + i, "num_scheduled_tokens": dict(o.num_scheduled_tokens),
+                      "preempted_req_ids": sorted(o.preempted_req_ids), "scheduled": entries})
+    return {"steps": steps}
+
+
+# %% ../../nbs/04_scheduler.ipynb #5bf9750a
+@styled
+def plot_budget_and_pool(stages: list[dict], budget: int, title: str = ""):
+    """One row per stage of a step: the token budget shared out among requests (coloured by what
+    they compute, the rest white) and, under it, the KV blocks with the requests that hold them.
+    A stage: `label`, `grants` [(req_id, tokens, phase)], `pool` (a `PoolSnapshot`), `owners`
+    {block_id: [req_id, ...]}."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch, Rectangle
+    n_blocks = len(stages[0]["pool"].ref_cnts)
+    bw, tw = 0.42, 5.6 / budget                  # a block's width, a token's width (inches)
+    fig, ax = plt.subplots(figsize=(2.4 + max(5.6, bw * n_blocks) + 0.2, 0.6 + 1.5 * len(stages)))
+    for k, st in enumerate(stages):
+        y = -1.5 * k
+        ax.text(2.25, y + 0.55, st["label"], ha="right", va="center", weight="bold")
+        x = 2.4
+        for rid, n, phase in st["grants"]:
+            ax.add_patch(Rectangle((x, y + 0.85), n * tw, 0.4, facecolor=PALETTE[phase],
+                                   edgecolor="black", lw=0.6))
+            if n * tw >= 0.16: ax.text(x + n * tw / 2, y + 1.05, rid, ha="center", va="center")
+            x += n * tw
+        left = budget - sum(n for _, n, _ in st["grants"])
+        ax.add_patch(Rectangle((x, y + 0.85), left * tw, 0.4, facecolor="white", edgecolor="black",
+                               lw=0.6, ls="--"))
+        ax.text(2.4 + 5.6 + 0.08, y + 1.05, f"{left} left", va="center")
+        pool = st["pool"]
+        for b, (ref, hashed) in enumerate(zip(pool.ref_cnts, pool.hashed)):
+            state = block_state(b, ref, hashed)
+            ax.add_patch(Rectangle((2.4 + b * bw, y + 0.05), bw - 0.04, 0.6,
+                                   facecolor=PALETTE[state], edgecolor="black",
+                                   lw=2.0 if hashed else 0.6))
+            who = "".join(st["owners"].get(b, []))
+            if who: ax.text(2.4 + b * bw + (bw - 0.04) / 2, y + 0.35, who, ha="center",
+                            va="center")
+    phases = list(dict.fromkeys(p for st in stages for *_, p in st["grants"]))
+    states = {block_state(b, r, h) for st in stages
+              for b, (r, h) in enumerate(zip(st["pool"].ref_cnts, st["pool"].hashed))}
+    handles = key_handles(phases) + [Patch(facecolor="white", edgecolor="black", ls="--",
+                                           label="budget left")]
+    handles += key_handles([s for s in ("held", "cached", "empty", "null") if s in states])
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), frameon=False,
+              ncol=min(len(handles), 4), title="top bar: the token budget; blocks: the KV pool, "
+              "labelled with the requests holding them (bold frame: hashed)")
+    ax.set_xlim(0, 2.4 + max(5.6, bw * n_blocks) + 0.9)
+    ax.set_ylim(-1.5 * (len(stages) - 1) - 0.05, 1.35); ax.axis("off")
+    if title: ax.set_title(title)
     fig.tight_layout(); plt.close(fig)
     return fig

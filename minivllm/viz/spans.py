@@ -4,6 +4,7 @@
 from __future__ import annotations
 from ..sampling_params import RequestOutputKind
 import asyncio
+from .style import PALETTE
 import time
 from typing import TYPE_CHECKING
 if TYPE_CHECKING:   # (run here, the import would swap this chapter's classes for the module's)
@@ -40,16 +41,16 @@ def plot_request_spans(traces: list[dict], title: str = "Requests over time"):
     fig, ax = plt.subplots(figsize=(7, 0.35 * len(traces) + 1.2))
     for y, t in enumerate(traces):
         sent, first, last = (x - t0 for x in (t["sent"], t["token_times"][0], t["token_times"][-1]))
-        ax.barh(y, first - sent, left=sent, color="#cfe2f3", edgecolor="#6fa8dc")
-        ax.barh(y, last - first, left=first, color="#93c47d", edgecolor="#38761d")
+        ax.barh(y, first - sent, left=sent, color=PALETTE["waiting"], edgecolor="#999999")
+        ax.barh(y, last - first, left=first, color=PALETTE["decode"], edgecolor="#38761d")
         times = [x - t0 for x in t["token_times"]]
         ax.plot(times, [y] * len(times), "|", color="black", ms=6)
     ax.set_yticks(range(len(traces)))
     ax.set_yticklabels([t.get("request_id", f"req {i}") for i, t in enumerate(traces)])
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
-    handles = [Patch(facecolor="#cfe2f3", edgecolor="#6fa8dc", label="sent, no token yet"),
-               Patch(facecolor="#93c47d", edgecolor="#38761d", label="decoding"),
+    handles = [Patch(facecolor=PALETTE["waiting"], edgecolor="#999999", label="sent, no token yet"),
+               Patch(facecolor=PALETTE["decode"], edgecolor="#38761d", label="decoding"),
                Line2D([], [], marker="|", color="black", ls="none", ms=6, label="a delta arrives")]
     ax.legend(handles=handles, loc="lower left", fontsize=8, framealpha=0.9)   # staircase: empty
     ax.invert_yaxis(); ax.set_xlabel("seconds since the first request was sent")

@@ -4,16 +4,16 @@
 from __future__ import annotations
 import numpy as np
 from .block_pool import plot_block_pool
-from .style import styled
+from .style import PALETTE, PHASES, key_handles, styled
+from .step_viewer import StepViewer, pool_cells
 from ..timeline import RequestStep, StepRecord, TimelineRecorder
 
 # %% auto #0
 __all__ = ['PHASE_COLORS', 'plot_timeline', 'plot_kv_cache', 'plot_pool_at', 'plot_slots', 'plot_block_table',
-           'step_batch_inputs', 'plot_prepare_inputs']
+           'step_batch_inputs', 'plot_prepare_inputs', 'step_viewer_data', 'step_viewer']
 
 # %% ../../nbs/22_timeline.ipynb #62ac38cc
-PHASE_COLORS = {"prefill": "#6fa8dc", "decode": "#93c47d", "resumed": "#b4a7d6",
-                "waiting": "#eeeeee", "preempted": "#cccccc", "running": "#ffffff"}
+PHASE_COLORS = {p: PALETTE[p] for p in PHASES}   # chapter 00's palette
 
 def _caption(fig, recorder: TimelineRecorder) -> None:
     "The device/settings line under a figure, wrapped to its width."
@@ -41,8 +41,8 @@ def _draw_cell(ax, x: int, y: int, r: RequestStep, label: bool) -> None:
                            hatch="//" if r.is_prefill_chunk else None))
     if r.grant and label: ax.text(x, y, str(r.grant), ha="center", va="center", fontsize=9.5)
     if r.preempted:
-        ax.plot([x - 0.4, x + 0.4], [y - 0.35, y + 0.35], color="red", lw=1.5)
-        ax.plot([x - 0.4, x + 0.4], [y + 0.35, y - 0.35], color="red", lw=1.5)
+        ax.plot([x - 0.4, x + 0.4], [y - 0.35, y + 0.35], color=PALETTE["lost"], lw=1.5)
+        ax.plot([x - 0.4, x + 0.4], [y + 0.35, y - 0.35], color=PALETTE["lost"], lw=1.5)
     if r.finish_reason:
         ax.plot([x + 0.47, x + 0.47], [y - 0.42, y + 0.42], color="black", lw=2.5)
         if label: ax.text(x + 0.55, y, r.finish_reason, fontsize=9.5, va="center")
@@ -51,7 +51,11 @@ def _draw_budget(bx, recs: list[StepRecord], label: bool) -> None:
     "Tokens scheduled per step against the token budget."
     xs, totals = list(range(len(recs))), [r.total_scheduled for r in recs]
     budget = max(r.token_budget for r in recs)
-    bx.bar(xs, totals, color="#888888", label="scheduled")
+    bottom = np.zeros(len(recs))
+    for phase in ("prefill", "decode", "resumed"):   # the tokens of each step, by what they ran
+        h = np.array([sum(q.grant for q in r.requests if q.phase == phase) for r in recs])
+        if h.any(): bx.bar(xs, h, bottom=bottom, color=PALETTE[phase], label=phase)
+        bottom += h
     if budget <= 4 * max(totals + [1]):
         bx.axhline(budget, color="black", ls="--", lw=0.8, label="token budget")
         bx.set_ylim(0, budget * 1.15)
@@ -90,10 +94,14 @@ def plot_timeline(recorder: TimelineRecorder, steps: range | None = None,
     ax.set_xlim(-0.6, nx - 0.4 + 0.8); ax.set_ylim(-0.6, top - 0.4)
     ax.set_yticks(range(top - ny, top)); ax.set_yticklabels(ids[::-1], fontsize=9.5)
     ax.set_title(_title(title, recorder))
-    handles = [Patch(facecolor=c, edgecolor="black", label=k) for k, c in PHASE_COLORS.items()]
-    handles += [Patch(facecolor="white", edgecolor="black", hatch="//", label="chunk (no sample)"),
-                Patch(facecolor="white", edgecolor="red", label="X = preempted"),
-                Patch(facecolor="black", label="| = finished")]
+    steps = [r for rec in recs for r in rec.requests]   # the key: only what the figure shows
+    handles = key_handles([p for p in PHASES if any(r.phase == p for r in steps)])
+    shown = [(any(r.is_prefill_chunk for r in steps),
+              Patch(facecolor="white", edgecolor="black", hatch="//", label="chunk (no sample)")),
+             (any(r.preempted for r in steps),
+              Patch(facecolor="white", edgecolor=PALETTE["lost"], label="X = preempted here")),
+             (any(r.finish_reason for r in steps), Patch(facecolor="black", label="| = finished"))]
+    handles += [h for present, h in shown if present]
     ax.legend(handles=handles, fontsize=9.5, ncol=1, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     _draw_budget(bx, recs, label_cells)
     fig.tight_layout(); _caption(fig, recorder); plt.close(fig)
@@ -108,15 +116,19 @@ def plot_kv_cache(recorder: TimelineRecorder, title: str = "KV cache over time")
     x = [r.step for r in recs]
     width = min(max(5.5, 3 + 0.25 * len(recs)), 8)
     fig, (ax, bx) = plt.subplots(2, 1, figsize=(width, 4.8), sharex=True)
-    ax.plot(x, [r.kv_usage for r in recs], marker=".", label="usage after schedule()")
-    ax.plot(x, [r.kv_usage_after for r in recs], ls="--", label="usage after the step")
+    ax.plot(x, [r.kv_usage for r in recs], marker=".", color="black",
+            label="usage after schedule()")
+    ax.plot(x, [r.kv_usage_after for r in recs], ls="--", color="#777777",
+            label="usage after the step")
     ax.set_ylim(-0.02, 1.02); ax.set_ylabel("KV usage", fontsize=9.5)
     ax.set_title(_title(title, recorder))
     ax.legend(fontsize=9.5, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    bx.plot(x, [r.num_free_blocks for r in recs], marker=".", label="free blocks")
-    bx.plot(x, [r.num_cached_free_blocks for r in recs], marker=".", label="cached but free")
-    bx.bar(x, [r.num_evicted_blocks for r in recs], color="#cc0000", alpha=0.6,
-           label="evicted this step")
+    bx.plot(x, [r.num_free_blocks for r in recs], marker=".", color="black", label="free blocks")
+    bx.plot(x, [r.num_cached_free_blocks for r in recs], marker=".", color=PALETTE["cached"],
+            label="cached but free")
+    if any(r.num_evicted_blocks for r in recs):
+        bx.bar(x, [r.num_evicted_blocks for r in recs], color=PALETTE["lost"], alpha=0.6,
+               label="evicted this step")
     bx.set_ylabel("blocks", fontsize=9.5); bx.set_xlabel("step", fontsize=9.5)
     bx.legend(fontsize=9.5, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout(); _caption(fig, recorder); plt.close(fig)
@@ -149,7 +161,7 @@ def plot_slots(block_ids: list[int], block_size: int, start: int, stop: int, tit
         for j in range(bs):
             pos = i * bs + j
             new = start <= pos < stop
-            color = "#6fa8dc" if new else "#dddddd" if pos < start else "white"
+            color = PALETTE["this step"] if new else PALETTE["held"] if pos < start else "white"
             ax.add_patch(Rectangle((j, y), 0.95, 0.9, facecolor=color, edgecolor="black",
                                    linewidth=0.6))
             ax.text(j + 0.47, y + 0.6, f"p{pos}", ha="center", va="center", fontsize=9.5)
@@ -160,8 +172,8 @@ def plot_slots(block_ids: list[int], block_size: int, start: int, stop: int, tit
     ax.set_xlim(-4.2, max(bs + 0.2, 6)); ax.set_ylim(-0.2, n + 0.1); ax.axis("off")
     ax.set_title(f"{title}positions {start}..{stop - 1} -> slots {shown}", fontsize=10)
     from matplotlib.patches import Patch
-    key = [("#6fa8dc", "written this step (sN: slot)"), ("#dddddd", "computed before"),
-           ("white", "not yet written")]
+    key = [(PALETTE["this step"], "written this step (sN: slot)"),
+           (PALETTE["held"], "computed before"), ("white", "not yet written")]
     ax.legend(handles=[Patch(facecolor=c, edgecolor="black", label=k) for c, k in key],
               loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=3, frameon=False)
     fig.tight_layout()
@@ -215,7 +227,6 @@ def plot_prepare_inputs(batch_inputs, req_ids: list[str] | None = None,
         rows.insert(
             3, ("token index", batch_inputs.positions + batch_inputs.req_indices * max_model_len)
         )
-    cmap = plt.get_cmap("tab10")
     fig, ax = plt.subplots(figsize=(max(6.5, 2.2 + 0.55 * n), 0.5 * len(rows) + 1.6))
     for y, (name, vals) in enumerate(rows):
         ax.text(-0.2, -y + 0.45, name, ha="right", va="center", fontsize=9.5)
@@ -225,8 +236,7 @@ def plot_prepare_inputs(batch_inputs, req_ids: list[str] | None = None,
                     (x, -y),
                     0.95,
                     0.9,
-                    facecolor=cmap(int(batch_inputs.req_indices[x]) % 10),
-                    alpha=0.35,
+                    facecolor="#f3f3f3" if batch_inputs.req_indices[x] % 2 else "white",
                     edgecolor="black",
                     linewidth=0.5,
                 )
@@ -256,3 +266,21 @@ def plot_prepare_inputs(batch_inputs, req_ids: list[str] | None = None,
     if recorder is not None: _caption(fig, recorder)
     plt.close(fig)
     return fig
+
+# %% ../../nbs/22_timeline.ipynb #ba2f0982
+def step_viewer_data(recorder: TimelineRecorder) -> list[dict]:
+    "The recorder's steps as chapter 04's `StepViewer` draws them."
+    return [dict(step=rec.step, budget=rec.token_budget, total=rec.total_scheduled,
+                 kv_usage=round(rec.kv_usage, 3), free=rec.num_free_blocks,
+                 preempted=list(rec.preempted_req_ids), finished=list(rec.finished_req_ids),
+                 reqs=[dict(id=r.req_id, phase=r.phase, grant=r.grant,
+                            computed=r.num_computed_after, tokens=r.num_tokens,
+                            blocks=list(r.block_ids), finish=r.finish_reason)
+                       for r in rec.requests],
+                 pool=pool_cells(rec.pool))
+            for rec in recorder]
+
+def step_viewer(recorder: TimelineRecorder, title: str = "Steps") -> StepViewer:
+    "An interactive viewer of `recorder`'s steps: grants, queues and block pool, step by step."
+    return StepViewer(step_viewer_data(recorder), title, recorder.device,
+                      recorder.settings_label())

@@ -3,7 +3,7 @@
 # %% ../../nbs/26_vllm_integration.ipynb #9fcf08c9
 from __future__ import annotations
 import numpy as np
-from .style import styled
+from .style import PALETTE, styled
 
 @styled
 def plot_overview(recorder, title: str = "A recorded run"):
@@ -12,16 +12,20 @@ def plot_overview(recorder, title: str = "A recorded run"):
     recs = list(recorder)
     x = np.array([r.step for r in recs])
     fig, (ax, bx, cx) = plt.subplots(3, 1, figsize=(10, 6.4), sharex=True)
-    ax.fill_between(x, [r.total_scheduled for r in recs], step="mid", color="#6fa8dc",
-                    label="tokens scheduled")
+    bottom = np.zeros(len(recs))
+    for phase in ("prefill", "decode", "resumed"):   # the step's tokens, by what they ran
+        h = np.array([sum(q.grant for q in r.requests if q.phase == phase) for r in recs])
+        if h.any(): ax.fill_between(x, bottom, bottom + h, step="mid", color=PALETTE[phase],
+                                    label=f"{phase} tokens")
+        bottom += h
     ax.plot(x, [r.token_budget for r in recs], "k--", lw=0.8, label="token budget")
     ax.set_ylabel("tokens")
-    bx.plot(x, [r.num_running for r in recs], color="#93c47d", label="running")
-    bx.plot(x, [r.num_waiting for r in recs], color="#999999", label="waiting")
+    bx.plot(x, [r.num_running for r in recs], color="black", label="running")
+    bx.plot(x, [r.num_waiting for r in recs], color="#999999", ls="--", label="waiting")
     bx.set_ylabel("requests")
-    cx.plot(x, [r.kv_usage for r in recs], color="#674ea7", label="KV usage after schedule()")
+    cx.plot(x, [r.kv_usage for r in recs], color="black", label="KV usage after schedule()")
     pre = [(r.step, len(r.preempted_req_ids)) for r in recs if r.preempted_req_ids]
-    if pre: cx.scatter(*zip(*[(s, 1.02) for s, _ in pre]), marker="v", color="red", s=12,
+    if pre: cx.scatter(*zip(*[(s, 1.02) for s, _ in pre]), marker="v", color=PALETTE["lost"], s=12,
                        label=f"preemption ({sum(n for _, n in pre)})")
     cx.set_ylim(0, 1.08); cx.set_ylabel("KV usage"); cx.set_xlabel("step")
     for a in (ax, bx, cx): a.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
