@@ -9,7 +9,7 @@ from collections import Counter
 import torch
 from torch import nn
 from fastcore.basics import patch
-from ..attention.backends.triton_attn import AttentionMetadata, PAD_SLOT_ID
+from ..attention.backend import AttentionMetadata, PAD_SLOT_ID
 
 # %% auto #0
 __all__ = ['MAX_CUDAGRAPH_CAPTURE_SIZE', 'cudagraph_capture_sizes', 'padded_batch_size', 'is_uniform_decode', 'CUDAGraphWrapper']
@@ -70,6 +70,10 @@ class CUDAGraphWrapper(nn.Module):
     def compute_logits(self, hidden_states):
         "The wrapped model's logits (outside the graph: they are computed for real rows only)."
         return self.model.compute_logits(hidden_states)
+
+    def unwrap(self) -> nn.Module:
+        "The model it runs (vLLM's `unwrap`)."
+        return self.model
 
 # %% ../../nbs/15_cuda_graphs.ipynb #57cd1f87
 @patch

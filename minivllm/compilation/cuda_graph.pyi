@@ -5,7 +5,7 @@ from collections import Counter
 import torch
 from torch import nn
 from fastcore.basics import patch
-from ..attention.backends.triton_attn import AttentionMetadata, PAD_SLOT_ID
+from ..attention.backend import AttentionMetadata, PAD_SLOT_ID
 __all__ = ['MAX_CUDAGRAPH_CAPTURE_SIZE', 'cudagraph_capture_sizes', 'padded_batch_size', 'is_uniform_decode', 'CUDAGraphWrapper']
 MAX_CUDAGRAPH_CAPTURE_SIZE = 512
 
@@ -33,6 +33,10 @@ class CUDAGraphWrapper(nn.Module):
 
     def compute_logits(self, hidden_states):
         """The wrapped model's logits (outside the graph: they are computed for real rows only)."""
+        ...
+
+    def unwrap(self) -> nn.Module:
+        """The model it runs (vLLM's `unwrap`)."""
         ...
 
     def _load_inputs(self: CUDAGraphWrapper, input_ids, positions, metadata: AttentionMetadata, batch_size: int) -> AttentionMetadata:

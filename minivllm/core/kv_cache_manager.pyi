@@ -5,7 +5,8 @@ from fastcore.basics import patch
 from .block_pool import BlockPool, KVCacheBlock
 from .sched.output import PrefixCacheStats
 from ..request import Request
-__all__ = ['KVCacheBlocks', 'cdiv', 'KVCacheManager']
+from ..utils.math_utils import cdiv
+__all__ = ['KVCacheBlocks', 'KVCacheManager']
 
 @dataclass
 class KVCacheBlocks:
@@ -22,10 +23,6 @@ class KVCacheBlocks:
 
     def __len__(self):
         ...
-
-def cdiv(a: int, b: int) -> int:
-    """Ceiling division: blocks needed for `a` tokens at `b` tokens per block."""
-    ...
 
 class KVCacheManager:
     """Maps requests' tokens to KV blocks: prefix-cache lookups, all-or-nothing allocation, freeing."""

@@ -5,8 +5,7 @@ from collections import deque
 import contextlib
 from fastcore.basics import patch
 from dataclasses import dataclass, replace
-import numpy as np
-from ..core.kv_cache_manager import cdiv
+from ..utils.math_utils import cdiv
 from pathlib import Path
 from typing import Callable, Sequence
 import torch
@@ -16,15 +15,10 @@ from ..config import CacheConfig, SchedulerConfig
 from ..core.sched.scheduler import Scheduler
 from ..core.sched.async_scheduler import AsyncScheduler
 from ..executor.uniproc_executor import UniProcExecutor
-from ..attention.selector import get_attn_backend
-from ..worker.utils import make_attn_metadata
-from ..model_executor.models.llama import compile_and_warm_up, make_kv_caches
-from minivllm.model_executor.model_loader import compile_cache_dir, default_model_path, load_model
-from ..worker.gpu_model_runner import ModelRunner
+from ..worker.gpu_worker import Worker, resolve_model_path
 from .arg_utils import EngineArgs, batch_limits, default_block_size
 from ..usage.usage_lib import UsageContext
-__all__ = ['DEFAULT_CPU_KV_CACHE_BYTES', 'TOKENIZER_FILES', 'SAMPLING_DEFAULT_FIELDS', 'kv_cache_bytes_per_block', 'num_blocks_for', 'EngineInfo', 'EngineCore', 'resolve_model_path', 'load_tokenizer', 'resolve_device', 'check_engine_args', 'profile_seq_lens', 'profile_kv_cache_memory', 'num_gpu_blocks_for', 'build_engine_core', 'try_get_generation_config', 'get_diff_sampling_param']
-DEFAULT_CPU_KV_CACHE_BYTES = 1 << 30
+__all__ = ['TOKENIZER_FILES', 'SAMPLING_DEFAULT_FIELDS', 'kv_cache_bytes_per_block', 'num_blocks_for', 'EngineInfo', 'EngineCore', 'load_tokenizer', 'resolve_device', 'check_engine_args', 'num_gpu_blocks_for', 'build_engine_core', 'try_get_generation_config', 'get_diff_sampling_param']
 
 def kv_cache_bytes_per_block(kv_cache_spec, block_size: int) -> int:
     """Bytes of one block over all layers: keys and values of `block_size` tokens."""
@@ -71,7 +65,7 @@ class EngineCore:
         ...
 
     def get_model(self):
-        """The executor's model (the `nn.Module`, also when a CUDA-graph wrapper runs it)."""
+        """The executor's model (the `nn.Module`, also when a compile or CUDA-graph wrapper runs it)."""
         ...
 
     def add_request(self, request: Request) -> None:
@@ -105,10 +99,6 @@ class EngineCore:
     def step_with_batch_queue(self: EngineCore) -> tuple[EngineCoreOutputs, bool]:
         """Schedule and submit a step if the queue has room; else wait for the oldest and update (vLLM)."""
         ...
-
-def resolve_model_path(model: str | Path | None) -> Path:
-    """The model folder (`None`: the embedded SmolLM2), checked for config.json and safetensors."""
-    ...
 TOKENIZER_FILES = ('tokenizer.json', 'tokenizer_config.json', 'tokenizer.model')
 
 def load_tokenizer(path: Path, trust_remote_code: bool=False):
@@ -119,24 +109,16 @@ def resolve_device(device) -> torch.device:
     """`"auto"`: CUDA when available, else CPU."""
     ...
 
-def check_engine_args(attention_backend: str, device: torch.device, scheduling_policy: str, gpu_memory_utilization: float) -> None:
-    """The cheap checks, run before the model is loaded."""
+def check_engine_args(scheduling_policy: str, gpu_memory_utilization: float) -> None:
+    """The cheap checks, run before the worker loads the model (it checks the attention backend)."""
     ...
 
-def profile_seq_lens(num_tokens: int, max_model_len: int | None) -> list[int]:
-    """The largest step's tokens as prefills of at most `max_model_len` tokens each."""
-    ...
-
-def profile_kv_cache_memory(model, num_tokens: int, max_num_seqs: int, block_size: int, gpu_memory_utilization: float, max_model_len: int | None=None) -> int:
-    """GPU bytes left for the KV cache after the largest step (vLLM's `determine_available_memory`)."""
-    ...
-
-def num_gpu_blocks_for(model, device: torch.device, args: EngineArgs, max_model_len: int, max_num_batched_tokens: int, max_num_seqs: int) -> int:
-    """The override, else the memory budget (profiled on GPU) divided by the bytes of one block."""
+def num_gpu_blocks_for(worker: Worker, args: EngineArgs, max_model_len: int, max_num_batched_tokens: int, max_num_seqs: int) -> int:
+    """The override, else the worker's memory budget divided by the bytes of one block."""
     ...
 
 def build_engine_core(args: EngineArgs, eos_token_id: int | None=None, usage_context: UsageContext=UsageContext.ENGINE_CONTEXT) -> EngineCore:
-    """Load the model, size and allocate the KV cache, and build scheduler, worker and `EngineCore`."""
+    """The worker (the model, its KV cache, compiled), the scheduler sized to fit, `EngineCore`."""
     ...
 SAMPLING_DEFAULT_FIELDS = ('repetition_penalty', 'presence_penalty', 'frequency_penalty', 'temperature', 'top_k', 'top_p', 'min_p', 'max_new_tokens', 'skip_special_tokens')
 

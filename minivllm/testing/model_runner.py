@@ -4,7 +4,7 @@
 from __future__ import annotations
 import torch
 from fastcore.basics import patch
-from ..attention.backends.triton_attn import AttentionMetadata
+from ..attention.backend import AttentionMetadata
 
 # %% auto #0
 __all__ = ['HistoryModel']
@@ -14,7 +14,7 @@ import math
 import torch
 from torch import nn
 from fastcore.basics import patch
-from ..attention.backends.triton_attn import AttentionMetadata
+from ..attention.backend import AttentionMetadata
 
 # %% ../../nbs/14_model_runner.ipynb #8ac51c76
 class HistoryModel(nn.Module):

@@ -1,13 +1,13 @@
 from __future__ import annotations
 import torch
 from fastcore.basics import patch
-from ..attention.backends.triton_attn import AttentionMetadata
+from ..attention.backend import AttentionMetadata
 __all__ = ['HistoryModel']
 import math
 import torch
 from torch import nn
 from fastcore.basics import patch
-from ..attention.backends.triton_attn import AttentionMetadata
+from ..attention.backend import AttentionMetadata
 
 class HistoryModel(nn.Module):
     """A deterministic stand-in model: its next token hashes the request's whole paged history."""

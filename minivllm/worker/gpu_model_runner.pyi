@@ -6,7 +6,8 @@ from typing import NamedTuple
 import numpy as np
 import torch
 from fastcore.basics import patch
-from ..attention.backends.triton_attn import AttentionMetadata
+from ..attention.backend import AttentionMetadata
+from ..model_executor.model_loader import make_kv_caches
 from .utils import to_attn_metadata
 from .gpu_input_batch import CachedRequestState, InputBatch, BatchInputs, update_states, prepare_inputs, bookkeeping_sync
 from ..utils.torch_utils import to_device
