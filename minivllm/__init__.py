@@ -29,7 +29,7 @@ PUBLIC_API = {  # module -> the names it contributes to `minivllm`
     "worker.gpu_input_batch": ["CachedRequestState", "InputBatch", "prepare_inputs"],
     "worker.block_table": ["BlockTable"],
     "sample.sampler": ["Sampler"],
-    "attention.backends.triton_attn": ["AttentionMetadata"],
+    "attention.backend": ["AttentionMetadata"],
     "attention.selector": ["get_attn_backend"],
     "model_executor.model_loader": ["load_model"],
     "worker.gpu_model_runner": ["ModelRunner"],

@@ -10,7 +10,7 @@ from .core.sched.request_queue import FCFSRequestQueue as FCFSRequestQueue, Prio
 from .worker.gpu_input_batch import CachedRequestState as CachedRequestState, InputBatch as InputBatch, prepare_inputs as prepare_inputs
 from .worker.block_table import BlockTable as BlockTable
 from .sample.sampler import Sampler as Sampler
-from .attention.backends.triton_attn import AttentionMetadata as AttentionMetadata
+from .attention.backend import AttentionMetadata as AttentionMetadata
 from .attention.selector import get_attn_backend as get_attn_backend
 from .model_executor.model_loader import load_model as load_model
 from .worker.gpu_model_runner import ModelRunner as ModelRunner

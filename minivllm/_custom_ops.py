@@ -8,11 +8,12 @@ __all__ = ['CSRC', 'CPU_KERNEL_FLAGS', 'CPU_ATTN_ARGTYPES', 'CPU_GEMM_PANEL', 'C
 
 # %% ../nbs/12_paged_attention.ipynb #2f654c51
 import contextlib, ctypes, functools, hashlib, os, platform, subprocess, tempfile, warnings
+from importlib.resources import files
 from pathlib import Path
 import torch
 from .envs import cache_dir
 
-CSRC = Path(__file__).parent / "csrc" / "cpu"     # the C++ sources, shipped in the package
+CSRC = Path(files("minivllm")) / "csrc" / "cpu"     # the C++ sources, shipped in the package
 CPU_KERNEL_FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC")
 
 def cpu_flags() -> str:

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 from fastcore.basics import patch
 from ..attention.backend import AttentionMetadata, PAD_SLOT_ID
-__all__ = ['MAX_CUDAGRAPH_CAPTURE_SIZE', 'cudagraph_capture_sizes', 'padded_batch_size', 'is_uniform_decode', 'CUDAGraphWrapper']
+__all__ = ['MAX_CUDAGRAPH_CAPTURE_SIZE', 'cudagraph_capture_sizes', 'padded_batch_size', 'is_uniform_decode', 'ModelWrapper', 'CUDAGraphWrapper']
 MAX_CUDAGRAPH_CAPTURE_SIZE = 512
 
 def cudagraph_capture_sizes(max_num_seqs: int, max_size: int=MAX_CUDAGRAPH_CAPTURE_SIZE) -> list[int]:
@@ -21,22 +21,24 @@ def is_uniform_decode(num_tokens: int, attn_metadata: AttentionMetadata) -> bool
     """True when every request of the step has exactly one new token (vLLM's uniform decode batch)."""
     ...
 
-class CUDAGraphWrapper(nn.Module):
+class ModelWrapper(nn.Module):
+    """A module that runs `self.model` its own way; anything else (config, kv_caches...) is the model's."""
+
+    def __getattr__(self, name):
+        ...
+
+    def unwrap(self) -> nn.Module:
+        """The model it runs (vLLM's `unwrap`)."""
+        ...
+
+class CUDAGraphWrapper(ModelWrapper):
     """Runs uniform decode steps padded to a capture size, from static buffers (vLLM's name)."""
 
     def __init__(self, model: nn.Module, *, max_num_seqs: int, max_num_blocks_per_req: int, device, use_graphs: bool | None=None):
         ...
 
-    def __getattr__(self, name):
-        """Anything else (config, kv_cache_spec, kv_caches, ...) is the wrapped model's."""
-        ...
-
     def compute_logits(self, hidden_states):
         """The wrapped model's logits (outside the graph: they are computed for real rows only)."""
-        ...
-
-    def unwrap(self) -> nn.Module:
-        """The model it runs (vLLM's `unwrap`)."""
         ...
 
     def _load_inputs(self: CUDAGraphWrapper, input_ids, positions, metadata: AttentionMetadata, batch_size: int) -> AttentionMetadata:

@@ -1,4 +1,4 @@
-"""What a decode step must read and compute on a CPU, and the changes that bring SmolLM2-135M close to"""
+"""What a CPU decode step must read and compute, and what brings SmolLM2-135M near it: faster products, huge pages, C++ attention, one compiled layer."""
 __all__ = ['padding_decode_metadata', 'layer_example', 'probe_like', 'direct_call', 'TorchCompileWithNoGuardsWrapper']
 from fastcore.basics import patch
 import itertools, os, warnings
@@ -7,6 +7,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 from ..attention.backend import AttentionMetadata, PAD_SLOT_ID
+from .cuda_graph import ModelWrapper
 from ..forward_context import set_forward_context
 from .caching import aot_compiled
 from minivllm.compilation.compiler_interface import inductor_cache_dir, inductor_call, leaves, trust_known_vec_isa
@@ -29,20 +30,12 @@ def direct_call(compiled, module: nn.Module, probe: tuple, backend):
     """`inductor_call` of `compiled` (else itself), probed in a decode step of the probe's rows."""
     ...
 
-class TorchCompileWithNoGuardsWrapper(nn.Module):
+class TorchCompileWithNoGuardsWrapper(ModelWrapper):
     """vLLM's `TorchCompileWithNoGuardsWrapper`, by region: the model's decoder layer and its
     one-row logits compiled ahead of time without guards (one graph for single-token steps and one
     for steps of 2+ tokens, shared by every layer), each called past inductor's wrappers."""
 
     def __init__(self, model: nn.Module, cache: Path | None=None):
-        ...
-
-    def __getattr__(self, name):
-        """Anything else (config, kv_cache_spec, kv_caches, ...) is the wrapped model's."""
-        ...
-
-    def unwrap(self) -> nn.Module:
-        """The model it compiles (vLLM's `unwrap`)."""
         ...
 
     def compile(self: TorchCompileWithNoGuardsWrapper) -> bool:
