@@ -15,21 +15,27 @@ import statistics
 
 from bench_layer_call import single_stream_ms
 from minivllm.entrypoints.llm import LLM
-from minivllm.model_executor.model_loader import compile_cache_dir, default_model_path
-from minivllm.model_executor.models.llama import aot_compiled, by_rows, layer_example
+import torch
+
+from minivllm.compilation.caching import aot_compiled
+from minivllm.compilation.compiler_interface import compile_cache_dir
+from minivllm.compilation.wrapper import direct_call, layer_example, probe_like
+from minivllm.model_executor.layers.attention.attention import layer_attention_op
+from minivllm.model_executor.model_loader import default_model_path
 
 
-def python_op_forward(llm):
-    "The layers' forward with the one-token graph compiled to call attention through Python (the op before)."
+def python_op_one_row(llm):
+    "The one-token layer call with its graph compiled to call attention through Python (the op before)."
     model, layers = llm.model, llm.model.model.layers
-    kv = model.kv_caches[0]
-    for layer in layers: layer.self_attn.cpu_attention_op = False
+    kv, cpp = model.kv_caches[0], layers[0].self_attn.attn.compiled_op
+    for layer in layers: layer.self_attn.attn.compiled_op = layer_attention_op
     try:
         one_row = aot_compiled(type(layers[0]).forward, layers[0], layer_example(model, 1),
                                (1, (kv.shape[1:], kv.dtype, kv.device)), compile_cache_dir())
+        with torch.no_grad():
+            return direct_call(one_row, layers[0], probe_like(layer_example(model, 1)), model.attn_backend)
     finally:
-        for layer in layers: layer.self_attn.cpu_attention_op = True
-    return by_rows(one_row, layers[0].forward.__func__.more_rows)
+        for layer in layers: layer.self_attn.attn.compiled_op = cpp
 
 
 def main():
@@ -38,9 +44,10 @@ def main():
     args = ap.parse_args()
     llm = LLM(default_model_path(), num_gpu_blocks=256, block_size=16)
     layers = llm.model.model.layers
-    assert layers[0].self_attn.cpu_attention_op, "the C++ op did not build here: nothing to compare"
-    variants = {"attention op in Python": python_op_forward(llm),
-                "attention op in C++ (the engine)": layers[0].forward.__func__}
+    assert layers[0].self_attn.attn.compiled_op is torch.ops.minivllm.cpu_layer_attention, \
+        "the C++ op did not build here: nothing to compare"
+    variants = {"attention op in Python": python_op_one_row(llm),
+                "attention op in C++ (the engine)": llm.engine_core.model_executor.model.one_row}
     tokens = single_stream_ms(llm, variants, args.repeat)
     python, cpp = tokens.values()
     for name, times in tokens.items():

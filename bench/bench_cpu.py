@@ -43,7 +43,7 @@ import torch
 from minivllm.entrypoints.llm import LLM
 from minivllm.envs import cache_dir
 from minivllm.model_executor.model_loader import default_model_path
-from minivllm.model_executor.models.llama import get_head_dim
+from minivllm.transformers_utils.config import get_head_dim
 from minivllm.sampling_params import SamplingParams
 
 GGUF = cache_dir() / "SmolLM2-135M-Instruct-f32.gguf"   # written by `make llama-cpp`
@@ -231,31 +231,32 @@ def product_name(c, n, k):
             (c.vocab_size, h): "lm_head"}.get((n, k), f"{n}x{k}")
 
 
-def op_table(fn, model, peak):
+def op_table(fn, llm, peak):
     "torch.profiler over `fn()`: per product / attention / compiled layer: ms, share, GFLOP/s, % of peak."
     from torch.profiler import ProfilerActivity, profile, record_function
-    from minivllm.model_executor.models import llama
-    kernel = llama.cpu_gemm
+    import minivllm._custom_ops as ops
+    kernel = ops.cpu_gemm
     def named_cpu_gemm(x, panels, bias=None):             # our kernel's calls (ctypes) made visible
         with record_function(f"cpu_gemm {x.shape[0]} {panels.shape[0] * panels.shape[2]} {x.shape[1]}"):
             return kernel(x, panels, bias)
-    llama.cpu_gemm = named_cpu_gemm
+    ops.cpu_gemm = named_cpu_gemm
     # a compiled layer calls its generated code directly (inductor_call): its own time (the fused small
     # kernels, the code's Python) is a layer call's time less the ops the profiler sees inside it
-    c, compiled = model.config, [(m, m.forward) for m in model.model.layers if "forward" in vars(m)]
-    for layer, call in compiled:
+    runs, c = llm.engine_core.model_executor.model, llm.model.config   # the compiled wrapper, if any
+    compiled = [(name, vars(runs)[name]) for name in ("one_row", "more_rows") if vars(runs).get(name)]
+    for name, call in compiled:
         def timed(*args, call=call):
             with record_function("## compiled layer"):
                 return call(*args)
-        layer.forward = timed
+        setattr(runs, name, timed)
     try:
         t = time.perf_counter()
         with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
             fn()
         wall = (time.perf_counter() - t) * 1e3
     finally:
-        llama.cpu_gemm = kernel
-        for layer, call in compiled: layer.forward = call
+        ops.cpu_gemm = kernel
+        for name, call in compiled: setattr(runs, name, call)
     rows = {}                                   # name -> [calls, ms, flops]
     def add(name, calls, us, flops):
         r = rows.setdefault(name, [0, 0.0, 0])
@@ -315,7 +316,7 @@ def token_breakdown(llm, prompt, max_tokens=128):
     """Wall ms per token of a single stream in attention, the logits, the rest of the model and the engine (no profiler).
     Attention is timed where Python calls the backend: compiled one-token steps attend inside their graphs (the C++
     op of chapter 12), so theirs counts in the rest of the model."""
-    model, backend = llm.model, llm.model.attn_backend
+    model, backend = llm.engine_core.model_executor.model, llm.model.attn_backend   # what the runner runs
     spent = dict.fromkeys(["attention", "logits", "model forward"], 0.0)
     wrapped = [(model, "forward", "model forward"), (model, "compute_logits", "logits"),
                (backend, "write_kv", "attention"), (backend, "forward", "attention")]
@@ -418,7 +419,7 @@ def main():
         # ---- 3. per op
         print(f"where a batched run goes ({args.num_prompts} prompts, 8 tokens each), per op vs the "
               f"{peak:.0f} GFLOP/s peak:")
-        print(op_table(lambda: minivllm_generate(llm, prompts, 8), llm.model, peak), flush=True)
+        print(op_table(lambda: minivllm_generate(llm, prompts, 8), llm, peak), flush=True)
 
     # ---- 4. single stream
     chat = tok.apply_chat_template([{"role": "user", "content": "Tell me a story about a lighthouse."}],

@@ -1,6 +1,6 @@
 """The C++ decode attention kernel of chapter 12 against another checkout's, on the same decode rows.
 
-Builds the kernel library from this checkout's source (`CPU_VEC_SOURCE`, `CPU_ATTN_SOURCE`) and from the one in
+Builds the kernel library from this checkout's source (`minivllm/csrc/cpu/attention.cpp`) and from the one in
 `--compare-tree` (e.g. `git worktree add /tmp/before HEAD~1`), then alternates the two on one decode row of SmolLM2's shape
 (9 query heads over 3 KV heads, head size 64, 16-token blocks in random order) at several lengths of
 history: microseconds a call (the best of `--repeat` rounds of 2000 calls), the ratio, and the largest
@@ -12,28 +12,34 @@ Usage: python bench/bench_cpu_attn_kernel.py --compare-tree OTHER_CHECKOUT [--re
 import argparse
 import ast
 import ctypes
+import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-from minivllm.attention.backends import cpu_attn
+from minivllm import _custom_ops as ops
 
 
-def source_of(tree: Path) -> str:
-    "That checkout's kernel source, read (not imported): `CPU_VEC_SOURCE` (if it has one), `CPU_ATTN_SOURCE`."
+def source_of(tree: Path) -> Path:
+    """That checkout's kernel source, read (not imported): its `csrc/cpu/attention.cpp`, or (older checkouts)
+    `CPU_VEC_SOURCE` and `CPU_ATTN_SOURCE` in its cpu_attn.py, written out as one file."""
+    cpp = tree / "minivllm/csrc/cpu/attention.cpp"
+    if cpp.exists(): return cpp
     module = ast.parse((tree / "minivllm/attention/backends/cpu_attn.py").read_text())
     strings = {node.targets[0].id: ast.literal_eval(node.value) for node in module.body
                if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None)
                in ("CPU_VEC_SOURCE", "CPU_ATTN_SOURCE")}
-    return strings.get("CPU_VEC_SOURCE", "") + strings["CPU_ATTN_SOURCE"]
+    path = Path(tempfile.mkdtemp()) / "attention.cpp"
+    path.write_text(strings.get("CPU_VEC_SOURCE", "") + strings["CPU_ATTN_SOURCE"])
+    return path
 
 
-def kernel_of(source: str):
+def kernel_of(source: Path):
     """That source's kernel as the engine builds it, called alike: older kernels took `max_query_len` (the rows of
     requests with at most that many queries were theirs) before the thread count; all rows here."""
-    fn = cpu_attn.cpu_attn_library(source).cpu_attention_with_kv_cache
-    if "int64_t max_query_len" not in source: return fn
+    fn = ops.cpu_attn_library((source,)).cpu_attention_with_kv_cache
+    if "int64_t max_query_len" not in source.read_text(): return fn
     fn.argtypes = [*fn.argtypes[:-1], ctypes.c_int64, ctypes.c_int64]
     return lambda *args: fn(*args[:-1], 1 << 30, args[-1])
 
@@ -50,7 +56,7 @@ def main():
     table = torch.randperm(blocks, dtype=torch.int32)[None].contiguous()
     starts = torch.tensor([0, 1], dtype=torch.int32)
     kernels = {name: kernel_of(source)
-               for name, source in (("this checkout", cpu_attn.CPU_VEC_SOURCE + cpu_attn.CPU_ATTN_SOURCE),
+               for name, source in (("this checkout", ops.CSRC / "attention.cpp"),
                                     (str(args.compare_tree), source_of(args.compare_tree)))}
     print(f"one decode row, {heads} query heads over {kv_heads} KV heads, head size {dim}, 1 thread")
     for n in (16, 150, 500, 1000):

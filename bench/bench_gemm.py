@@ -22,8 +22,8 @@ import torch
 import torch.nn.functional as F
 
 from minivllm.model_executor.model_loader import huge_page_views
-from minivllm.model_executor.models.llama import (cpu_gemm, cpu_gemm_library, dispatch_cpu_unquantized_gemm,
-                                                 pack_panels)
+from minivllm._custom_ops import cpu_gemm, cpu_gemm_library, pack_panels
+from minivllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
 
 SHAPES = [(960, 576), (576, 576), (3072, 576), (576, 1536)]   # SmolLM2-135M: qkv, o, gate_up, down
 LAYERS = 30

@@ -14,16 +14,16 @@ from collections import defaultdict
 
 from bench_cpu import minivllm_generate, random_prompts
 from minivllm import LLM
-from minivllm.attention.backends import cpu_attn
+from minivllm import _custom_ops as ops
 from minivllm.model_executor.model_loader import huge_page_kib
 
-TIMED = ("_cpu_attention", "_cpu_write")
+TIMED = ("cpu_attention_with_kv_cache", "cpu_attn_reshape_and_cache")
 
 
 def time_calls(totals: dict):
     "Wrap the kernels' calls: `totals[(name, rows)] = [calls, seconds]`."
     for name in TIMED:
-        kernel = getattr(cpu_attn, name)
+        kernel = getattr(ops, name)
         def timed(*args, kernel=kernel, name=name):
             t = time.perf_counter()
             out = kernel(*args)
@@ -31,7 +31,7 @@ def time_calls(totals: dict):
             entry[0] += 1
             entry[1] += time.perf_counter() - t
             return out
-        setattr(cpu_attn, name, timed)
+        setattr(ops, name, timed)
 
 
 def main():

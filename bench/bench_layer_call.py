@@ -3,7 +3,8 @@
 The engine compiles its layers ahead of time without guards (`aot_compiled`: `torch.compile(...).aot_compile`,
 as vLLM's AOT compile) and calls the result directly, its guard check off, so TorchDynamo's frame evaluation
 and guards are skipped at every call. This builds the default engine, compiles another copy of the layer's
-forward the stock way (guards checked at every call), and alternates the two in one process: microseconds
+forward the stock way (guards checked at every call), makes it the compiled model's one-row layer call
+(`TorchCompileWithNoGuardsWrapper.one_row`) in turn with the engine's, and alternates the two in one process: microseconds
 per one-row layer call (caches warm: the same layer again and again), then milliseconds per token of a single
 stream (128 greedy tokens), each the median and best of `--repeat` rounds, and the median of the paired
 differences against the stock way. Run it alone: another process on the cores moves the token times by more
@@ -21,7 +22,7 @@ import torch
 from minivllm.entrypoints.llm import LLM
 from minivllm.forward_context import set_forward_context
 from minivllm.model_executor.model_loader import default_model_path
-from minivllm.model_executor.models.llama import padding_decode_metadata
+from minivllm.compilation.wrapper import padding_decode_metadata
 from minivllm.sampling_params import SamplingParams
 
 
@@ -45,8 +46,10 @@ def compile_as_before(fn, layer, llm):
 
 def single_stream_ms(llm, variants: dict, repeat: int) -> dict:
     """Ms a token of a single stream (128 greedy tokens after a 26-token prompt) with each of `variants` as every
-    layer's forward, alternated round by round, in either order; a first round checks they give the same tokens."""
-    layers = llm.model.model.layers
+    one-token layer call, alternated round by round, in either order; a first round checks they give the same
+    tokens (the prompt's step runs the engine's graph of 2+ tokens in all)."""
+    compiled = llm.engine_core.model_executor.model          # the TorchCompileWithNoGuardsWrapper
+    engines = compiled.one_row
     rng = random.Random(32)
     prompt = [[rng.randrange(100, 49152) for _ in range(26)]]
     params = SamplingParams(temperature=0, max_tokens=128, ignore_eos=True)
@@ -54,12 +57,13 @@ def single_stream_ms(llm, variants: dict, repeat: int) -> dict:
     for round in range(repeat + 1):
         outs = []
         for name, fn in (reversed(variants.items()) if round % 2 else variants.items()):
-            for layer in layers: layer.forward = types.MethodType(fn, layer)
+            compiled.one_row = fn
             llm.reset_prefix_cache()
             t = time.perf_counter()
             outs.append(llm.generate(prompt, params, use_tqdm=False)[0].outputs[0].token_ids)
             if round: tokens[name].append((time.perf_counter() - t) / 128 * 1e3)
         assert all(out == outs[0] for out in outs), "the variants gave different tokens"
+    compiled.one_row = engines
     return tokens
 
 
@@ -76,7 +80,7 @@ def main():
     step = type(layers[0]).forward
     guarded = torch.compile(types.FunctionType(step.__code__.replace(), step.__globals__, step.__name__))
     variants = {"TorchDynamo, guards": guarded,
-                "compiled ahead of time, no guards (the engine)": layers[0].forward.__func__}
+                "compiled ahead of time, no guards (the engine)": llm.engine_core.model_executor.model.one_row}
     compile_as_before(guarded, layers[0], llm)
     inputs, metadata = decode_inputs(llm, 1)
     calls = {name: [] for name in variants}

@@ -15,18 +15,19 @@ import time
 
 import torch
 
-from minivllm.model_executor.model_loader import default_model_path, load_model, process_weights_after_loading
-from minivllm.model_executor.models.llama import compile_and_warm_up, make_kv_caches, padding_decode_metadata
+from minivllm.compilation.wrapper import TorchCompileWithNoGuardsWrapper, padding_decode_metadata
+from minivllm.model_executor.model_loader import (default_model_path, load_model, make_kv_caches,
+                                                  process_weights_after_loading)
 
 
 def compiled_model(path, packed: bool):
     "The default model, compiled, with or without its packed weight copies (oneDNN's and our panels)."
-    model = load_model(path)
+    model = TorchCompileWithNoGuardsWrapper(load_model(path))
     if not packed:
         for module in model.modules():
             for name in ("packed_weight", "panel_weight"): vars(module).pop(name, None)
     model.bind_kv_caches(make_kv_caches(*model.kv_cache_spec(), 16, 16))
-    assert compile_and_warm_up(model)
+    assert model.compile()
     return model
 
 
@@ -45,7 +46,7 @@ def main():
     args = ap.parse_args()
     path = default_model_path()
     models = {"plain": compiled_model(path, packed=False), "packed": compiled_model(path, packed=True)}
-    t = time.perf_counter(); process_weights_after_loading(models["packed"])
+    t = time.perf_counter(); process_weights_after_loading(models["packed"].unwrap())
     print(f"packing every product weight again: {time.perf_counter() - t:.2f} s; {torch.get_num_threads()} threads")
     ids = positions = torch.zeros(32, dtype=torch.int64)
     with torch.no_grad():

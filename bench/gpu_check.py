@@ -34,9 +34,9 @@ HELPERS = {
     "worked_examples_on_engine": "minivllm.testing.worked_examples",
     "make_tiny_model": "minivllm.testing.tiny_models",
     "make_paged_batch": "minivllm.testing.attention",
-    "profile_kv_cache_memory": "minivllm.engine.core",
+    "profile_kv_cache_memory": "minivllm.worker.gpu_worker",
     "CUDAGraphWrapper": "minivllm.compilation.cuda_graph",
-    "make_kv_caches": "minivllm.model_executor.models.llama",
+    "make_kv_caches": "minivllm.model_executor.model_loader",
     "make_attn_metadata": "minivllm.worker.utils",
     **{name: _ATTN for name in (
         "paged_attention_ref", "reshape_and_cache_ref", "kernel_config", "SPLIT_KV_NUM_SEGMENTS",

@@ -29,7 +29,7 @@ PUBLIC_API = {  # module -> the names it contributes to `minivllm`
     "worker.gpu_input_batch": ["CachedRequestState", "InputBatch", "prepare_inputs"],
     "worker.block_table": ["BlockTable"],
     "sample.sampler": ["Sampler"],
-    "attention.backends.triton_attn": ["AttentionMetadata"],
+    "attention.backend": ["AttentionMetadata"],
     "attention.selector": ["get_attn_backend"],
     "model_executor.model_loader": ["load_model"],
     "worker.gpu_model_runner": ["ModelRunner"],
@@ -76,7 +76,7 @@ if TYPE_CHECKING:
     from .worker.gpu_input_batch import CachedRequestState, InputBatch, prepare_inputs
     from .worker.block_table import BlockTable
     from .sample.sampler import Sampler
-    from .attention.backends.triton_attn import AttentionMetadata
+    from .attention.backend import AttentionMetadata
     from .attention.selector import get_attn_backend
     from .model_executor.model_loader import load_model
     from .worker.gpu_model_runner import ModelRunner

@@ -4,26 +4,21 @@
 __all__ = ['ForwardContext', 'set_forward_context', 'get_forward_context']
 
 # %% ../nbs/12_paged_attention.ipynb #c74e4f3c
-from .attention.backends.triton_attn import AttentionMetadata
-import contextlib, os, threading
+import contextlib, threading
 from dataclasses import dataclass
-import torch
-# Triton only compiles for a GPU. On a CPU-only machine we switch on its interpreter (kernels then
-# run with numpy on CPU tensors) so that `import minivllm` works and the kernels can be tested.
-# It must be set before the first @triton.jit below is defined; an explicit user setting wins.
-if not torch.cuda.is_available(): os.environ.setdefault("TRITON_INTERPRET", "1")
+from .attention.backend import AttentionBackend, AttentionMetadata
 
 # %% ../nbs/12_paged_attention.ipynb #25721f34
 @dataclass
 class ForwardContext:
     "What every layer's attention reads during one forward pass (vLLM's `ForwardContext`)."
     attn_metadata: AttentionMetadata
-    attn_backend: object
+    attn_backend: AttentionBackend
 
 _forward_context = threading.local()     # per thread: two engines in two threads never mix
 
 @contextlib.contextmanager
-def set_forward_context(attn_metadata: AttentionMetadata, attn_backend):
+def set_forward_context(attn_metadata: AttentionMetadata, attn_backend: AttentionBackend):
     "Publish the step's attention metadata and backend to every layer for one forward pass."
     previous = getattr(_forward_context, "current", None)
     _forward_context.current = ForwardContext(attn_metadata, attn_backend)

@@ -9,13 +9,15 @@ import pytest
 import torch
 
 if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")  # before minivllm.attention defines its kernels
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # as the package would (a test may run first)
 
 from hypothesis import given, settings, strategies as st
 
-from minivllm.attention.backends.cpu_attn import (build_cpu_library, cpu_attention_with_kv_cache,
-    cpu_attn_library, cpu_attn_op_library, cpu_attn_reshape_and_cache)
-from minivllm.attention.backends.triton_attn import (AttentionMetadata,
+from minivllm._custom_ops import (build_cpu_library, cpu_attention_with_kv_cache, cpu_attn_library,
+    cpu_attn_op_library, cpu_attn_reshape_and_cache)
+from minivllm.attention.backend import AttentionMetadata
+from minivllm.attention.backends.cpu_attn import cpu_attention_supported
+from minivllm.attention.backends.triton_attn import (
     paged_attention_ref, reshape_and_cache, reshape_and_cache_ref, split_kv_decode_attention,
     torch_paged_attention, unified_attention)
 from minivllm.attention.selector import get_attn_backend
@@ -329,9 +331,10 @@ def test_cpu_write_refuses_a_slot_outside_the_cache():
 @KERNEL
 def test_a_cached_library_that_does_not_load_is_built_again(tmp_path, monkeypatch):
     "A file under the library's key that is not a library (a copy cut short) is replaced, not kept."
-    source, argtypes = 'extern "C" int answer(void) { return 42; }\n', {"answer": []}
+    source, argtypes = tmp_path / "probe.cpp", {"answer": []}
+    source.write_text('extern "C" int answer(void) { return 42; }\n')
     monkeypatch.setenv("MINIVLLM_CACHE", str(tmp_path / "first"))
-    assert build_cpu_library("probe", source, argtypes, "no probe").answer() == 42
+    assert build_cpu_library("probe", [source], argtypes, "no probe").answer() == 42
     built, = (tmp_path / "first" / "probe").glob("probe-*.so")
     broken = tmp_path / "second" / "probe" / built.name         # the same key, in another cache
     broken.parent.mkdir(parents=True)
@@ -339,19 +342,20 @@ def test_a_cached_library_that_does_not_load_is_built_again(tmp_path, monkeypatc
     monkeypatch.setenv("MINIVLLM_CACHE", str(tmp_path / "second"))
     with warnings.catch_warnings():
         warnings.simplefilter("error")                            # built again without a warning
-        assert build_cpu_library("probe", source, argtypes, "no probe").answer() == 42
+        assert build_cpu_library("probe", [source], argtypes, "no probe").answer() == 42
     assert broken.stat().st_size > 100                              # the library, built again
 
 
 @KERNEL
 def test_cpu_backend_falls_back_where_the_kernel_does_not_apply():
-    "bfloat16, a head size of 80 or a non-contiguous cache: the torch path, same answers; a direct call refuses."
+    "bfloat16, a head size of 80 or a non-contiguous cache: the torch path, same answers; the kernel's check refuses."
     be = get_attn_backend("cpu", "cpu")
     run_step(be, [1, 5, 1], [30, 0, 7], torch.bfloat16, num_kv_heads=2, qpk=2)
     run_step(be, [1, 5, 1], [30, 0, 7], torch.float32, num_kv_heads=2, qpk=2, head_dim=80)
     query, key, value, cache, md = make_paged_batch([1, 3], [20, 5], num_kv_heads=2, qpk=2)
-    with pytest.raises(ValueError, match="expected layout"):
-        cpu_attention_with_kv_cache(query.to(torch.bfloat16), cache, md, 0.125, torch.empty_like(query))
+    assert cpu_attention_supported(query, cache, md)
+    assert not cpu_attention_supported(query.to(torch.bfloat16), cache, md)
+    assert not cpu_attention_supported(query, cache.transpose(0, 1).contiguous().transpose(0, 1), md)
 
 
 

@@ -12,15 +12,21 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given, settings, strategies as st
 
-import minivllm.model_executor.models.llama as model_mod
-from minivllm.attention.backends.cpu_attn import CPUAttentionBackend, cpu_attn_op_library
+import minivllm._custom_ops as ops
+import minivllm.compilation.caching as caching
+from minivllm._custom_ops import cpu_attn_op_library, cpu_gemm, cpu_gemm_library, pack_panels
+from minivllm.attention.backends.cpu_attn import CPUAttentionBackend
 from minivllm.attention.selector import get_attn_backend
+from minivllm.compilation.caching import load_or_aot_compile, traced_sources_unchanged
+from minivllm.compilation.compiler_interface import compile_cache_dir, inductor_call, trust_known_vec_isa
+from minivllm.compilation.wrapper import (TorchCompileWithNoGuardsWrapper, layer_example, padding_decode_metadata,
+    probe_like)
 from minivllm.worker.utils import make_attn_metadata
 from minivllm.entrypoints.llm import LLM
-from minivllm.model_executor.models.llama import (CPU_GEMM_MAX_ROWS, Linear, compile_and_warm_up, cpu_gemm,
-    cpu_gemm_library, make_kv_caches, pack_panels, unquantized_gemm)
+from minivllm.model_executor.layers.linear import Linear
+from minivllm.model_executor.layers.utils import CPU_GEMM_MAX_ROWS, dispatch_cpu_unquantized_gemm, unquantized_gemm
 from minivllm.forward_context import get_forward_context, set_forward_context
-from minivllm.model_executor.model_loader import compile_cache_dir, load_model
+from minivllm.model_executor.model_loader import load_model, make_kv_caches
 from minivllm.sampling_params import SamplingParams
 
 ARCHS = ["LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"]
@@ -39,7 +45,7 @@ def test_unquantized_gemm_equals_linear_eager_and_compiled(rows, bias, packed):
     x, w, b = torch.randn(rows, 96, generator=g), layer.weight.clone(), layer.bias
     want = F.linear(x, w, b)
     if packed:
-        model_mod.dispatch_cpu_unquantized_gemm(layer)
+        dispatch_cpu_unquantized_gemm(layer)
         assert layer.packed_weight.layout == torch._mkldnn
         if rows > 1: layer.weight.data.zero_()
     gemm = lambda x: unquantized_gemm(x, layer.weight, b, layer.packed_weight)
@@ -74,7 +80,7 @@ def test_products_of_a_few_rows_read_the_panels_and_more_rows_onednn():
     the product is 0), more rows oneDNN's packed copy; compiled, one graph traced on 2 rows makes the same choice
     for every later row count (no guard on the rows), and a one-row compiled product streams the plain weight."""
     layer = Linear(64, 96).requires_grad_(False)
-    model_mod.dispatch_cpu_unquantized_gemm(layer)
+    dispatch_cpu_unquantized_gemm(layer)
     layer.panel_weight.zero_()
     gemm = lambda x: unquantized_gemm(x, layer.weight, layer.bias, layer.packed_weight, layer.panel_weight)
     compiled = torch.compile(gemm, fullgraph=True, dynamic=True)
@@ -90,11 +96,11 @@ def test_products_of_a_few_rows_read_the_panels_and_more_rows_onednn():
 def test_no_panels_without_our_kernel_or_whole_panels(monkeypatch):
     "Weights whose outputs are not whole panels of 32, or any weight where the kernel is not built: oneDNN alone."
     odd = Linear(64, 48)
-    model_mod.dispatch_cpu_unquantized_gemm(odd)
+    dispatch_cpu_unquantized_gemm(odd)
     assert odd.packed_weight is not None and odd.panel_weight is None
-    monkeypatch.setattr(model_mod, "cpu_gemm_library", lambda: None)
+    monkeypatch.setattr(ops, "cpu_gemm_library", lambda: None)
     layer = Linear(64, 64)
-    model_mod.dispatch_cpu_unquantized_gemm(layer)
+    dispatch_cpu_unquantized_gemm(layer)
     assert layer.packed_weight is not None and layer.panel_weight is None
     x = torch.randn(3, 64)
     torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)
@@ -132,6 +138,19 @@ def test_attention_needs_a_forward_context(tiny_llama_path):
     with pytest.raises(RuntimeError): get_forward_context()        # reset after the pass
 
 
+def compiled_model(path, num_blocks=4, block_size=16, cache=None):
+    "The model of `path` with its KV caches, compiled (the wrapper the engine runs; its `compile()` checked)."
+    wrapper = TorchCompileWithNoGuardsWrapper(load_model(path), cache)
+    wrapper.bind_kv_caches(make_kv_caches(*wrapper.kv_cache_spec(), num_blocks, block_size))
+    assert wrapper.compile()
+    return wrapper
+
+
+def runs_compiled(llm) -> bool:
+    "Whether the engine's runner runs the compiled wrapper."
+    return isinstance(llm.engine_core.model_executor.model, TorchCompileWithNoGuardsWrapper)
+
+
 def prompts(lengths, seed):
     rng = random.Random(seed)
     return [[rng.randrange(3, 256) for _ in range(n)] for n in lengths]
@@ -149,8 +168,7 @@ def test_compiled_engine_equals_eager_without_recompiling(tiny_paths_by_arch, ar
     compiled = LLM(d, num_gpu_blocks=64, max_num_batched_tokens=32)
     # one layer's two graphs (one token, 2+ tokens) serve every layer, plus one-row logits
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs <= 3
-    layer = lambda llm: llm.model.model.layers[0]      # every layer runs one compiled layer's code
-    assert "forward" not in vars(layer(eager)) and "forward" in vars(layer(compiled))
+    assert not runs_compiled(eager) and runs_compiled(compiled)   # every layer: one compiled layer's code
     graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
     got = [o.outputs[0].token_ids for o in compiled.generate(batch + single, greedy, use_tqdm=False)]
     got_single = compiled.generate(single, greedy, use_tqdm=False)[0].outputs[0].token_ids
@@ -167,14 +185,13 @@ def test_compiled_steps_attend_in_cpp_without_python(tiny_llama_path, monkeypatc
     backend's Python attention runs in no step, neither the prefill nor the decodes (their tokens: the test above)."""
     llm = LLM(tiny_llama_path, num_gpu_blocks=16)
     layers = llm.model.model.layers
-    assert all(layer.self_attn.cpu_attention_op for layer in layers)
+    assert runs_compiled(llm)
+    assert all(layer.self_attn.attn.compiled_op is torch.ops.minivllm.cpu_layer_attention for layer in layers)
     calls, forward = [], CPUAttentionBackend.forward
     monkeypatch.setattr(CPUAttentionBackend, "forward", lambda self, *args: calls.append(1) or forward(self, *args))
     out = llm.generate([prompts([5], seed=3)[0]], SamplingParams(temperature=0, max_tokens=6, ignore_eos=True),
                        use_tqdm=False)
     assert len(out[0].outputs[0].token_ids) == 6 and calls == []                   # 1 prefill, 5 decode steps
-    eager = LLM(tiny_llama_path, num_gpu_blocks=16, enforce_eager=True)
-    assert not eager.model.model.layers[0].self_attn.cpu_attention_op     # eager layers: the backend, in Python
 
 
 def test_compiled_steps_call_the_graphs_code_past_its_wrappers(tiny_llama_path, monkeypatch):
@@ -188,8 +205,8 @@ def test_compiled_steps_call_the_graphs_code_past_its_wrappers(tiny_llama_path, 
     out = llm.generate([prompts([5], seed=3)[0]], SamplingParams(temperature=0, max_tokens=6, ignore_eos=True),
                        use_tqdm=False)
     assert len(out[0].outputs[0].token_ids) == 6 and calls == []
-    forward = llm.model.model.layers[0].forward.__func__
-    assert hasattr(forward.one_row, "compiled") and hasattr(forward.more_rows, "compiled")   # inductor_call's
+    wrapper = llm.engine_core.model_executor.model
+    assert hasattr(wrapper.one_row, "compiled") and hasattr(wrapper.more_rows, "compiled")   # inductor_call's
 
 
 def test_inductor_call_equals_the_wrapped_call_or_gives_up(tiny_llama_path):
@@ -197,26 +214,25 @@ def test_inductor_call_equals_the_wrapped_call_or_gives_up(tiny_llama_path):
     for one row and for several (whose count reaches the graph through every input that has it); where the probe
     cannot show where an argument comes from (two KV blocks, as many as K and V: the variable size has two
     sources, at two dimensions) it gives up, and so it does for a function that is not one inductor graph."""
-    model = load_model(tiny_llama_path)
-    model.bind_kv_caches(make_kv_caches(*model.kv_cache_spec(), 4, 16))
-    assert compile_and_warm_up(model)
+    wrapper = compiled_model(tiny_llama_path)
+    model = wrapper.unwrap()
     layers = model.model.layers
-    direct = layers[0].forward.__func__.one_row
+    direct = wrapper.one_row
     compiled = direct.compiled
     backend = model.attn_backend
-    with torch.no_grad(), set_forward_context(model_mod.padding_decode_metadata(1), backend):
-        inputs = model_mod.probe_like(model_mod.layer_example(model, 1))
+    with torch.no_grad(), set_forward_context(padding_decode_metadata(1), backend):
+        inputs = probe_like(layer_example(model, 1))
         for layer in layers:
             got, want = direct(layer, *inputs), compiled(layer, *inputs)
             assert len(got) == len(want) == 2 and all(torch.equal(g, w) for g, w in zip(got, want))
-        assert model_mod.inductor_call(compiled, layers[0], model_mod.layer_example(model, 1)) is None
-        assert model_mod.inductor_call(lambda m, *xs: xs[0] * 2, layers[0], inputs) is None
-    many = layers[0].forward.__func__.more_rows
+        assert inductor_call(compiled, layers[0], layer_example(model, 1)) is None
+        assert inductor_call(lambda m, *xs: xs[0] * 2, layers[0], inputs) is None
+    many = wrapper.more_rows
     for rows in (3, 7):                        # other counts than the probe's
-        x, residual, positions, cos_sin, kv_cache = model_mod.layer_example(model, rows)
+        x, residual, positions, cos_sin, kv_cache = layer_example(model, rows)
         inputs = (torch.randn_like(x), torch.randn_like(residual), positions,
                   tuple(map(torch.randn_like, cos_sin)), torch.randn_like(kv_cache))
-        with torch.no_grad(), set_forward_context(model_mod.padding_decode_metadata(rows), backend):
+        with torch.no_grad(), set_forward_context(padding_decode_metadata(rows), backend):
             for layer in layers:
                 got, want = many(layer, *inputs), many.compiled(layer, *inputs)
                 assert all(g.shape[0] == rows and torch.equal(g, w) for g, w in zip(got, want))
@@ -227,47 +243,41 @@ def test_two_layouts_compiled_in_one_process_keep_their_graphs_called_directly(t
     """A process that compiles the layer for two KV layouts (16- and 32-token blocks, on two models' weights)
     calls both layouts' graphs' code directly: the second compile makes no size a variable that the example did
     not mark (TorchDynamo's automatic dynamic shapes are off), which inductor_call could not place."""
-    monkeypatch.setattr(model_mod, "_COMPILED", {})                         # compiled here, not loaded
+    monkeypatch.setattr(caching, "_COMPILED", {})                         # compiled here, not loaded
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
     for block_size in (16, 32):
-        model = load_model(tiny_llama_path)
-        model.bind_kv_caches(make_kv_caches(*model.kv_cache_spec(), 4, block_size))
-        assert compile_and_warm_up(model, tmp_path)
-        forward = model.model.layers[0].forward.__func__
-        assert hasattr(forward.one_row, "compiled") and hasattr(forward.more_rows, "compiled"), block_size
+        wrapper = compiled_model(tiny_llama_path, 4, block_size, tmp_path)
+        assert hasattr(wrapper.one_row, "compiled") and hasattr(wrapper.more_rows, "compiled"), block_size
 
 
 @pytest.mark.parametrize("arch", ["LlamaForCausalLM", "Qwen3ForCausalLM"])
-def test_triton_backend_layers_run_compiled_or_given_back_to_eager(tiny_paths_by_arch, arch):
-    """On the Triton backend a CPU engine compiles its layers too, which then rotate (and norm Qwen3's q and k)
-    with torch operations on the step's (cos, sin) rows; so does a layer run eagerly in the compiled model
-    (TorchDynamo's fallback where it cannot compile: forced here by removing the compiled forward)."""
+def test_triton_backend_runs_eagerly_on_its_kernels(tiny_paths_by_arch, arch):
+    """On the Triton backend a CPU engine (the interpreter) is not compiled: its norms and RoPE are Triton kernels,
+    picked when the layers were built (`forward_cuda`), and its tokens are the eager torch path's."""
     path, greedy = tiny_paths_by_arch[arch], SamplingParams(temperature=0, max_tokens=6)
     batch = prompts([5, 20], seed=5)
     want = [o.outputs[0].token_ids for o in
             LLM(path, num_gpu_blocks=16, enforce_eager=True).generate(batch, greedy, use_tqdm=False)]
     llm = LLM(path, num_gpu_blocks=16, attention_backend="triton")
-    assert "forward" in vars(llm.model.model.layers[0]) and llm.model.model.use_triton
-    assert [o.outputs[0].token_ids for o in llm.generate(batch, greedy, use_tqdm=False)] == want
-    for layer in llm.model.model.layers: del layer.forward       # the layers given back to eager
+    norm = llm.model.model.norm
+    assert not runs_compiled(llm) and norm._forward_method == norm.forward_cuda
     assert [o.outputs[0].token_ids for o in llm.generate(batch, greedy, use_tqdm=False)] == want
 
 def test_failed_compile_warns_and_runs_eagerly(tiny_llama_path, monkeypatch, tmp_path):
     "Without a working compiler (here: a torch.compile whose aot_compile raises) the model stays eager and correct."
     model = load_model(tiny_llama_path)
-    model.bind_kv_caches(make_kv_caches(*model.kv_cache_spec(), 4, 16))
-    with pytest.raises(RuntimeError, match="bind the KV caches"): compile_and_warm_up(load_model(
-        tiny_llama_path))
+    with pytest.raises(RuntimeError, match="bind the KV caches"): TorchCompileWithNoGuardsWrapper(model).compile()
+    wrapper = TorchCompileWithNoGuardsWrapper(model, tmp_path)
+    wrapper.bind_kv_caches(make_kv_caches(*model.kv_cache_spec(), 4, 16))
 
     class BrokenCompile:                  # what torch.compile gives where no C++ compiler works
         def __init__(self, fn, **kwargs): pass
         def aot_compile(self, example): raise OSError("no C++ compiler")
-    monkeypatch.setattr(model_mod.torch, "compile", BrokenCompile)
-    monkeypatch.setattr(model_mod, "_COMPILED", {})     # a process that never compiled this model
+    monkeypatch.setattr(torch, "compile", BrokenCompile)
+    monkeypatch.setattr(caching, "_COMPILED", {})     # a process that never compiled this model
     with pytest.warns(UserWarning, match="torch.compile failed, running eagerly.*no C\\+\\+ compiler"):
-        assert compile_and_warm_up(model, tmp_path) is False      # (an empty cache: nothing to load)
-    assert not any("forward" in vars(layer) for layer in model.model.layers)
-    assert "compute_logits" not in vars(model) and not model.model.regional
+        assert wrapper.compile() is False      # (an empty cache: nothing to load)
+    assert wrapper.one_row is wrapper.more_rows is wrapper.one_row_logits is None
     positions, md = make_attn_metadata([[1]], [0], [3], 16)
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -277,13 +287,11 @@ def test_failed_compile_warns_and_runs_eagerly(tiny_llama_path, monkeypatch, tmp
 def test_compiled_code_has_no_size_checks_and_other_blocks_are_refused(tiny_llama_path, monkeypatch, tmp_path):
     """vLLM's inductor settings on a CPU: the compiled layers carry no size assertions (inductor's
     `assert_size_stride`), so `bind_kv_caches` refuses caches of another block layout after compiling."""
-    model = load_model(tiny_llama_path)
-    model.bind_kv_caches(make_kv_caches(*model.kv_cache_spec(), 4, 16))
-    monkeypatch.setattr(model_mod, "_COMPILED", {})     # compile here, with a fresh cache folder
+    monkeypatch.setattr(caching, "_COMPILED", {})     # compile here, with a fresh cache folder
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
     from torch._inductor.codecache import PyCodeCache
     seen = set(PyCodeCache.modules)
-    assert compile_and_warm_up(model, tmp_path)
+    model = compiled_model(tiny_llama_path, 4, 16, tmp_path)
     wrappers = [m for m in PyCodeCache.modules if m not in seen and hasattr(m, "call")]
     assert wrappers and not any("assert_size_stride(" in open(m.__file__).read() for m in wrappers)
     model.bind_kv_caches(make_kv_caches(*model.kv_cache_spec(), 9, 16))      # more blocks: fine
@@ -315,7 +323,7 @@ def test_an_engine_replaced_by_another_frees_its_model(tiny_llama_path):
     import gc
     import weakref
     llm = LLM(tiny_llama_path, num_gpu_blocks=16)
-    assert "compute_logits" in vars(llm.model) and "forward" in vars(llm.model.model.layers[0])
+    assert runs_compiled(llm)
     out = llm.generate([[5, 6, 7]], SamplingParams(max_tokens=3, temperature=0), use_tqdm=False)
     assert len(out[0].outputs[0].token_ids) == 3
     first = weakref.ref(llm.model)
@@ -327,11 +335,11 @@ def test_an_engine_replaced_by_another_frees_its_model(tiny_llama_path):
 def test_only_float32_is_compiled_on_cpu(tiny_llama_path):
     "bfloat16 on a CPU runs eagerly (a compiled graph would keep float32 intermediates and change tokens)."
     llm = LLM(tiny_llama_path, dtype="bfloat16", num_gpu_blocks=16)
-    assert "forward" not in vars(llm.model.model.layers[0]) and "compute_logits" not in vars(llm.model)
+    assert not runs_compiled(llm)
 
 
 def test_models_of_different_shapes_keep_their_own_graphs_without_guards(tmp_path):
-    """compile_and_warm_up compiles the layer's forward ahead of time (vLLM's AOT compile) per parameter
+    """The wrapper compiles the layer's forward ahead of time (vLLM's AOT compile) per parameter
     layout, constants and step shape (one row, 2+ rows), and the one-row logits, each without guards
     (vLLM's guard_filter_fn), and the model calls them with their guard check off. Models of one shape
     share the compiled functions, whatever their weights (parameters and the oneDNN-packed copies are
@@ -343,25 +351,20 @@ def test_models_of_different_shapes_keep_their_own_graphs_without_guards(tmp_pat
     paths = {"a": make_tiny_model(tmp_path / "a"), "a_twin": make_tiny_model(tmp_path / "t", seed=1),
              "wider": make_tiny_model(tmp_path / "w", intermediate_size=56),
              "heads": make_tiny_model(tmp_path / "h", num_attention_heads=8, num_key_value_heads=4, head_dim=16)}
-    def compiled(path, num_blocks):
-        model = load_model(path)
-        model.bind_kv_caches(make_kv_caches(*model.kv_cache_spec(), num_blocks, 16))
-        assert compile_and_warm_up(model, tmp_path / "cache")
-        return model
+    compiled = lambda path, num_blocks: compiled_model(path, num_blocks, 16, tmp_path / "cache")
     models = {"a": compiled(paths["a"], 1), "a_twin": compiled(paths["a_twin"], 9),
               "wider": compiled(paths["wider"], 4), "heads": compiled(paths["heads"], 4)}
-    def functions(model):        # what the model calls: the compiled functions (or their code itself)
-        layer, logits = model.model.layers[0].forward.__func__, model.compute_logits.__func__
-        return tuple(getattr(f, "compiled", f) for f in (layer.one_row, layer.more_rows, logits.one_row))
+    def functions(wrapper):        # what it calls: the compiled functions (or their code itself)
+        return tuple(getattr(f, "compiled", f) for f in (wrapper.one_row, wrapper.more_rows,
+                                                         wrapper.one_row_logits))
     assert functions(models["a"]) == functions(models["a_twin"])
     for other in ("wider", "heads"):
         assert not {id(f) for f in functions(models["a"])} & {id(f) for f in functions(models[other])}
     # no guards were kept: even the other models' layers pass the check the model no longer runs
     one_row, more_rows, logits = functions(models["a"])
-    for other in models.values():
+    for other in (wrapper.unwrap() for wrapper in models.values()):
         layer, kv = other.model.layers[0], other.kv_caches[0]
-        for f, example in ((one_row, model_mod.layer_example(other, 1)),
-                           (more_rows, model_mod.layer_example(other, 5))):
+        for f, example in ((one_row, layer_example(other, 1)), (more_rows, layer_example(other, 5))):
             assert f.guard_check(layer, *example[:-1], kv)
         assert logits.guard_check(other, torch.zeros(1, other.config.hidden_size))
     for name, num_blocks in (("a_twin", 9), ("heads", 4)):
@@ -376,20 +379,16 @@ def test_models_of_different_shapes_keep_their_own_graphs_without_guards(tmp_pat
 
 
 def test_a_new_process_loads_the_compiled_model_without_tracing_it(tiny_llama_path, tmp_path, monkeypatch):
-    """The first compile_and_warm_up saves its three compiled functions in the cache folder; a process that
+    """The first compile saves its three compiled functions in the cache folder; a process that
     never compiled the model (here: the in-process table emptied) loads them from there, TorchDynamo tracing
     nothing, and the loaded model computes what the compiled one did."""
-    def compiled():
-        model = load_model(tiny_llama_path)
-        model.bind_kv_caches(make_kv_caches(*model.kv_cache_spec(), 4, 16))
-        assert compile_and_warm_up(model, tmp_path)
-        return model
+    compiled = lambda: compiled_model(tiny_llama_path, 4, 16, tmp_path)
     traced = lambda: torch._dynamo.utils.counters["stats"]["calls_captured"]    # ops TorchDynamo saw
-    monkeypatch.setattr(model_mod, "_COMPILED", {})
+    monkeypatch.setattr(caching, "_COMPILED", {})
     before = traced()
     first = compiled()
     assert traced() > before and len(list((tmp_path / "aot_compile").glob("*.bin"))) == 3
-    monkeypatch.setattr(model_mod, "_COMPILED", {})
+    monkeypatch.setattr(caching, "_COMPILED", {})
     before = traced()
     second = compiled()
     assert traced() == before                                                  # nothing traced
@@ -411,13 +410,13 @@ def test_a_changed_source_is_compiled_again(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     import aot_probe
     x, path = torch.randn(4), tmp_path / "f.bin"
-    first = model_mod.load_or_aot_compile(aot_probe.f, (x,), path)
-    assert path.exists() and model_mod.traced_sources_unchanged(first)
-    torch.testing.assert_close(model_mod.load_or_aot_compile(aot_probe.f, (x,), path)(x), x * 2 + 1)
+    first = load_or_aot_compile(aot_probe.f, (x,), path)
+    assert path.exists() and traced_sources_unchanged(first)
+    torch.testing.assert_close(load_or_aot_compile(aot_probe.f, (x,), path)(x), x * 2 + 1)
     src.write_text("def f(x):\n    return x * 3 + 1\n")
     importlib.reload(aot_probe)
-    assert not model_mod.traced_sources_unchanged(first)
-    torch.testing.assert_close(model_mod.load_or_aot_compile(aot_probe.f, (x,), path)(x), x * 3 + 1)
+    assert not traced_sources_unchanged(first)
+    torch.testing.assert_close(load_or_aot_compile(aot_probe.f, (x,), path)(x), x * 3 + 1)
     with path.open("rb") as f: saved = torch.compiler.load_compiled_function(f)
     torch.testing.assert_close(saved(x), x * 3 + 1)
 
@@ -437,22 +436,22 @@ def test_vec_isa_probe_runs_once_and_is_trusted_only_where_the_flags_pick_the_sa
         cpu_vec_isa.valid_vec_isa_list.cache_clear()
         probed = str(cpu_vec_isa.pick_vec_isa())          # what the probe picks, done beforehand
         cpu_vec_isa.valid_vec_isa_list.cache_clear()
-        verdict = model_mod.trust_known_vec_isa(tmp_path)           # nothing known: it probes
+        verdict = trust_known_vec_isa(tmp_path)           # nothing known: it probes
         assert verdict.parent == tmp_path and verdict.read_text() == probed
         assert config.cpp.vec_isa_ok is (True if probed == flagged else None)
     with config.patch({"cpp.vec_isa_ok": None}):
         verdict.write_text("sse2")              # a verdict that trusting the flags would not give
-        model_mod.trust_known_vec_isa(tmp_path)
+        trust_known_vec_isa(tmp_path)
         assert config.cpp.vec_isa_ok is None    # the probe decides, keeping nothing computed trusting
         assert cpu_vec_isa.valid_vec_isa_list.cache_info().currsize == 0
     with config.patch({"cpp.vec_isa_ok": None}):
         verdict.write_text(flagged)
         cpu_vec_isa.valid_vec_isa_list.cache_clear(); probes.clear()
-        assert model_mod.trust_known_vec_isa(tmp_path) == verdict and config.cpp.vec_isa_ok is True
+        assert trust_known_vec_isa(tmp_path) == verdict and config.cpp.vec_isa_ok is True
         assert str(cpu_vec_isa.pick_vec_isa()) == flagged and probes == []
     verdict.unlink()
     with config.patch({"cpp.vec_isa_ok": False}):         # the user's own setting wins
-        model_mod.trust_known_vec_isa(tmp_path)
+        trust_known_vec_isa(tmp_path)
         assert config.cpp.vec_isa_ok is False and not verdict.exists()
     cpu_vec_isa.valid_vec_isa_list.cache_clear()
 

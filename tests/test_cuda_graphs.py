@@ -3,20 +3,14 @@
 Everything but capture and replay runs on the CPU (the padded path runs eagerly there); the
 CUDA-only tests at the end are skipped without a GPU.
 """
-import os
-
 import pytest
 import torch
 
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")  # before minivllm.attention defines its kernels
-
-from minivllm.attention.backends.triton_attn import PAD_SLOT_ID
+from minivllm.attention.backend import PAD_SLOT_ID
 from minivllm.worker.utils import make_attn_metadata
 from minivllm.compilation.cuda_graph import (CUDAGraphWrapper, cudagraph_capture_sizes,
     is_uniform_decode, padded_batch_size)
-from minivllm.model_executor.model_loader import load_model
-from minivllm.model_executor.models.llama import make_kv_caches
+from minivllm.model_executor.model_loader import load_model, make_kv_caches
 from minivllm.testing.sync import NoScalarReads
 
 CUDA = torch.cuda.is_available()

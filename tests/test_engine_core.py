@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from minivllm import load_model
-from minivllm.engine.core import profile_kv_cache_memory, profile_seq_lens
+from minivllm.worker.gpu_worker import profile_kv_cache_memory, profile_seq_lens
 
 
 @pytest.fixture

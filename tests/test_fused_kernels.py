@@ -2,24 +2,15 @@
 interpreter on a CPU (natively on a GPU); the ops a decode step dispatches per decoder layer on the
 triton path; every kernel configuration compiled for sm_90 without spills."""
 
-import os
-
 import pytest
 import torch
 
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")  # before minivllm defines its kernels
-
 from minivllm.worker.utils import make_attn_metadata
-from minivllm.model_executor.model_loader import load_model
-from minivllm.model_executor.models.llama import (
-    RMSNorm,
-    RotaryEmbedding,
-    apply_rope,
-    make_kv_caches,
-    rms_norm_triton,
-    rope_triton,
-)
+from minivllm.model_executor.custom_op import CustomOp
+from minivllm.model_executor.layers.layernorm import RMSNorm, rms_norm_triton
+from minivllm.model_executor.layers.rotary_embedding import (ApplyRotaryEmb, RotaryEmbedding,
+                                                             apply_rope, rope_triton)
+from minivllm.model_executor.model_loader import load_model, make_kv_caches
 from minivllm.testing.op_count import ops_per_layer
 from minivllm.testing.tiny_models import TINY_CONFIG
 
@@ -62,15 +53,17 @@ def test_rms_norm_kernel_matches_torch(dtype, size):
     close(got_sum, want_sum, dtype)
 
 
-def test_rms_norm_module_dispatches_on_use_triton():
-    norm = RMSNorm(64).requires_grad_(False).to(DEV)
+def test_rms_norm_picks_its_kernel_at_construction():
+    "`platform=\"cuda\"`: the Triton kernel (`forward_cuda`), from the first call; `native`: torch's."
+    native, fused = (RMSNorm(64, platform=p).requires_grad_(False).to(DEV) for p in ("native", "cuda"))
+    assert native._forward_method == native.forward_native and fused._forward_method == fused.forward_cuda
     x, r = torch.randn(3, 64, device=DEV), torch.randn(3, 64, device=DEV)
-    want = norm(x.clone(), r.clone())
-    norm.use_triton = True
-    got = norm(x.clone(), r.clone())
+    want = native(x.clone(), r.clone())
+    got = fused(x.clone(), r.clone())
     for a, b in zip(got, want):
         close(a, b, torch.float32)
-    assert norm(torch.zeros(0, 64, device=DEV)).shape == (0, 64)   # an empty step
+    assert fused(torch.zeros(0, 64, device=DEV)).shape == (0, 64)   # an empty step
+    with pytest.raises(ValueError, match="unknown platform 'tpu'"): RMSNorm(64, platform="tpu")
 
 
 # ---------------------------------------------------------------- RoPE (+ q/k norm)
@@ -120,10 +113,16 @@ def decode_step(model, context=(5, 17, 30, 3)):
     return torch.arange(len(context), device=DEV), positions, md
 
 
-def set_fused(model, on):
+def kernels_of(model) -> set[str]:
+    "The forwards the model's custom ops took when it was built (`forward_native`, `forward_cuda`, ...)."
+    return {m._forward_method.__name__ for m in model.modules() if isinstance(m, CustomOp)}
+
+
+def unfused(model):
+    "The model with every custom op in torch operations (vLLM's custom ops turned off)."
     for m in model.modules():
-        if hasattr(m, "use_triton"):
-            m.use_triton = on
+        if isinstance(m, CustomOp): m.dispatch_forward("native")
+    return model
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -131,20 +130,24 @@ def set_fused(model, on):
 def test_decode_step_dispatches_at_most_15_ops_per_layer(tiny_paths_by_arch, arch, dtype):
     "On the triton path a decoder layer of a decode step is at most 15 ops (aten ops + launches)."
     model = load_model(tiny_paths_by_arch[arch], dtype=dtype, attn_backend="triton", device=DEV)
-    assert model.model.use_triton and model.model.layers[0].input_layernorm.use_triton
+    assert kernels_of(model) == {"forward_cuda", "forward_native"}   # the norms, RoPE; SiLU in torch
+    assert model.model.layers[0].input_layernorm._forward_method.__name__ == "forward_cuda"
     counts = ops_per_layer(model, *decode_step(model))
     assert len(counts) == TINY_CONFIG["num_hidden_layers"]
     for c in counts:
         assert sum(c.values()) <= 15, dict(c)
         assert c["triton:_rms_norm_kernel"] == 2 and c["triton:_rope_kernel"] == 1, dict(c)
         assert not {"aten.cat", "aten.pow", "aten.rsqrt", "aten.mean"} & set(c), dict(c)
-    set_fused(model, False)  # the torch norms and RoPE: the counter sees them
+    unfused(model)  # the torch norms and RoPE: the counter sees them
     assert min(sum(c.values()) for c in ops_per_layer(model, *decode_step(model))) > 25
 
 
-def test_torch_backend_keeps_the_torch_path(tiny_qwen3_path):
-    model = load_model(tiny_qwen3_path, attn_backend="torch")
-    assert not any(getattr(m, "use_triton", False) for m in model.modules())
+def test_torch_and_cpu_backends_keep_the_torch_path(tiny_qwen3_path):
+    for backend in ("torch", "cpu"):
+        model = load_model(tiny_qwen3_path, attn_backend=backend)
+        assert kernels_of(model) <= {"forward_native", "forward_cpu"}
+        assert not any(m._forward_method.__name__ == "forward_cuda" for m in model.modules()
+                       if isinstance(m, (RMSNorm, RotaryEmbedding, ApplyRotaryEmb)))
 
 
 @pytest.mark.parametrize("arch", ["LlamaForCausalLM", "Qwen3ForCausalLM"])
@@ -174,7 +177,8 @@ import triton
 from triton.compiler import ASTSource
 from triton.backends.compiler import GPUTarget
 from triton.backends.nvidia import compiler as nvidia
-import minivllm.model_executor.models.llama as L
+import minivllm.model_executor.layers.layernorm as N
+import minivllm.model_executor.layers.rotary_embedding as R
 PTXAS = os.path.join(os.path.dirname(nvidia.__file__), "bin", "ptxas")
 TARGET = GPUTarget("cuda", 90, 32)
 
@@ -198,7 +202,7 @@ for dt in ["fp32", "bf16", "fp16"]:
             sig = dict(x_ptr=f"*{dt}", residual_ptr=f"*{dt}", weight_ptr=f"*{dt}",
                        out_ptr=f"*{dt}", eps="fp32")
             cx = dict(N=size, BLOCK=triton.next_power_of_2(size), HAS_RESIDUAL=res)
-            s = spills(L._rms_norm_kernel, sig, cx)
+            s = spills(N._rms_norm_kernel, sig, cx)
             n += 1
             if s: bad.append(("rms_norm", dt, size, res, s))
     for d in [64, 128, 256]:
@@ -207,7 +211,7 @@ for dt in ["fp32", "bf16", "fp16"]:
                        q_weight_ptr=f"*{dt}",
                        k_weight_ptr=f"*{dt}", eps="fp32")
             cx = dict(NUM_Q_HEADS=16, HALF=d // 2, HALF_PAD=d // 2, QK_NORM=qk_norm)
-            s = spills(L._rope_kernel, sig, cx)
+            s = spills(R._rope_kernel, sig, cx)
             n += 1
             if s: bad.append(("rope", dt, d, qk_norm, s))
 print("compiled", n, "spilled:", bad)

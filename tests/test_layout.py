@@ -30,10 +30,29 @@ VLLM_NAMESAKES = {
     "worker/utils.py": "vllm/v1/worker/utils.py",
     "sample/sampler.py": "vllm/v1/sample/sampler.py",
     "utils/torch_utils.py": "vllm/utils/torch_utils.py",
+    "utils/math_utils.py": "vllm/utils/math_utils.py",
+    "triton_utils/importing.py": "vllm/triton_utils/importing.py",
+    "transformers_utils/config.py": "vllm/transformers_utils/config.py",
+    "_custom_ops.py": "vllm/_custom_ops.py",
+    "attention/backend.py": "vllm/v1/attention/backend.py",
+    "attention/selector.py": "vllm/v1/attention/selector.py",
     "attention/backends/triton_attn.py": "vllm/v1/attention/backends/triton_attn.py",
+    "attention/backends/cpu_attn.py": "vllm/v1/attention/backends/cpu_attn.py",
+    "model_executor/custom_op.py": "vllm/model_executor/custom_op.py",
+    "model_executor/layers/layernorm.py": "vllm/model_executor/layers/layernorm.py",
+    "model_executor/layers/rotary_embedding.py": "vllm/model_executor/layers/rotary_embedding",
+    "model_executor/layers/activation.py": "vllm/model_executor/layers/activation.py",
+    "model_executor/layers/linear.py": "vllm/model_executor/layers/linear.py",
+    "model_executor/layers/utils.py": "vllm/model_executor/layers/utils.py",
+    "model_executor/layers/logits_processor.py": "vllm/model_executor/layers/logits_processor.py",
+    "model_executor/layers/attention/attention.py": "vllm/model_executor/layers/attention/attention.py",
     "model_executor/models/llama.py": "vllm/model_executor/models/llama.py",
     "model_executor/model_loader.py": "vllm/model_executor/model_loader",
     "compilation/cuda_graph.py": "vllm/compilation/cuda_graph.py",
+    "compilation/wrapper.py": "vllm/compilation/wrapper.py",
+    "compilation/caching.py": "vllm/compilation/caching.py",
+    "compilation/compiler_interface.py": "vllm/compilation/compiler_interface.py",
+    "worker/gpu_worker.py": "vllm/v1/worker/gpu_worker.py",
     "engine/arg_utils.py": "vllm/engine/arg_utils.py",
     "engine/llm_engine.py": "vllm/v1/engine/llm_engine.py",
     "utils/argparse_utils.py": "vllm/utils/argparse_utils.py",
@@ -54,11 +73,25 @@ VLLM_NAMESAKES = {
 }
 
 
+VLLM = ROOT / "build" / "vllm-venv" / "lib" / "python3.11" / "site-packages"
+
+
 def test_modules_sit_where_vllm_keeps_their_namesakes():
     for ours, theirs in VLLM_NAMESAKES.items():
         assert (ROOT / "minivllm" / ours).is_file(), ours
         relative = theirs.removeprefix("vllm/").removeprefix("v1/")
         assert ours.removesuffix(".py") == relative.removesuffix(".py"), (ours, theirs)
+        if VLLM.is_dir():          # vLLM 0.33's own tree, where it is installed beside the checkout
+            assert (VLLM / theirs).exists(), theirs
+
+
+def test_cpp_sources_are_cpp_files():
+    "The C++ kernels live in `csrc/cpu/` (vLLM's place), as files a compiler reads; no module holds C++."
+    assert {p.name for p in (ROOT / "minivllm" / "csrc" / "cpu").iterdir()} >= {
+        "vec.h", "attention.h", "attention.cpp", "attention_op.cpp", "gemm.cpp"}
+    for path in (ROOT / "minivllm").rglob("*.py"):
+        text = path.read_text()
+        assert "#include" not in text and 'extern "C"' not in text, path
 
 
 def src(cell) -> str:
@@ -155,10 +188,11 @@ def test_editors_see_whole_classes():
 # Layers from the bottom up; a module may import its own layer and those below, never one above
 # (lazy imports inside functions count too).
 # Metrics' stats sit with the outputs (vLLM's `RequestOutput` carries them).
-LAYERS = [("utils", "platforms", "usage", "distributed"), ("request", "sampling_params", "config", "inputs", "outputs", "core",
-                       "metrics.stats"),
-          ("attention", "forward_context"), ("model_executor", "sample"), ("worker",),
-          ("compilation",), ("executor",), ("engine", "metrics", "renderers"), ("entrypoints", "benchmarks")]
+# The compile wrappers wrap a model and sit below the worker, which applies them (as vLLM's runner does).
+LAYERS = [("utils", "platforms", "usage", "distributed", "triton_utils", "transformers_utils"),
+          ("request", "sampling_params", "config", "inputs", "outputs", "core", "metrics.stats"),
+          ("attention", "forward_context", "_custom_ops"), ("model_executor", "sample"), ("compilation",),
+          ("worker",), ("executor",), ("engine", "metrics", "renderers"), ("entrypoints", "benchmarks")]
 
 
 def layer_of(module: str) -> int | None:
@@ -195,3 +229,12 @@ def test_no_module_imports_a_layer_above_its_own():
         upward += [(module, m) for m in package_imports(path)
                    if (layer_of(m) or -1) > own]
     assert upward == []
+
+
+def test_engine_core_leaves_the_model_to_the_worker():
+    """vLLM's engine core hands loading, profiling, KV-cache allocation, compiling and graph capture to the executor's
+    worker: `engine/core.py` imports no model, compilation, attention or kernel module (lazily neither)."""
+    model_code = ("model_executor", "compilation", "attention", "forward_context", "_custom_ops", "triton_utils")
+    imports = package_imports(ROOT / "minivllm" / "engine" / "core.py")
+    assert sorted(m for m in imports if m.split(".")[0] in model_code) == []
+    assert "worker.gpu_worker" in imports

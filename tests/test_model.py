@@ -13,9 +13,11 @@ from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from minivllm.worker.utils import make_attn_metadata
 from minivllm.envs import cache_dir
+from minivllm.model_executor.layers.rotary_embedding import rope_inv_freq
 from minivllm.model_executor.model_loader import (HUGE_PAGE, asked_for_huge_pages, default_model_path,
-                                                  empty_on_huge_pages, load_model, resolve_dtype)
-from minivllm.model_executor.models.llama import make_kv_caches, rope_inv_freq, rope_parameters
+                                                  empty_on_huge_pages, load_model, make_kv_caches,
+                                                  resolve_dtype)
+from minivllm.transformers_utils.config import rope_parameters
 from minivllm.testing.tiny_models import TINY_CONFIG, make_tiny_model
 
 LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
@@ -247,7 +249,7 @@ def test_errors_name_the_problem(variant_paths, tmp_path):
     with pytest.raises(ValueError, match=r"unexpected tensors \['model.layers.0.self_attn.q_norm.weight'\]"):
         load_model(extra)
     shape = _altered(src, tmp_path / "shape", lambda sd: {**sd, "model.norm.weight": torch.ones(7)})
-    with pytest.raises(ValueError, match="model.norm.weight .* has shape"): load_model(shape)
+    with pytest.raises(ValueError, match="model.norm.weight has shape"): load_model(shape)
     with pytest.raises(ValueError, match="attention backend"): load_model(src, attn_backend="flash")
 
 

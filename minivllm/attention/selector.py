@@ -4,10 +4,11 @@
 __all__ = ['ATTN_BACKENDS', 'get_attn_backend']
 
 # %% ../../nbs/12_paged_attention.ipynb #1aa7cc16
-import os
 import torch
-from .backends.cpu_attn import CPUAttentionBackend, cpu_attn_library
+from .._custom_ops import cpu_attn_library
+from .backends.cpu_attn import CPUAttentionBackend
 from .backends.triton_attn import TorchAttentionBackend, TritonAttentionBackend
+from ..triton_utils.importing import interpreted
 
 ATTN_BACKENDS = {"cpu": CPUAttentionBackend, "torch": TorchAttentionBackend,
                  "triton": TritonAttentionBackend}
@@ -21,7 +22,7 @@ def get_attn_backend(name="auto", device=None):
     if name not in ATTN_BACKENDS:
         valid = ", ".join(["auto", *ATTN_BACKENDS])
         raise ValueError(f"unknown attention backend {name!r}; valid: {valid}")
-    if name == "triton" and device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+    if name == "triton" and device.type != "cuda" and not interpreted():
         raise ValueError("the triton backend needs a CUDA device "
                          "(or TRITON_INTERPRET=1 set before import)")
     return ATTN_BACKENDS[name]()

@@ -8,10 +8,11 @@ import bisect
 from collections import Counter
 import torch
 from torch import nn
-from ..attention.backends.triton_attn import AttentionMetadata, PAD_SLOT_ID
+from ..attention.backend import AttentionMetadata, PAD_SLOT_ID
 
 # %% auto #0
-__all__ = ['MAX_CUDAGRAPH_CAPTURE_SIZE', 'cudagraph_capture_sizes', 'padded_batch_size', 'is_uniform_decode', 'CUDAGraphWrapper']
+__all__ = ['MAX_CUDAGRAPH_CAPTURE_SIZE', 'cudagraph_capture_sizes', 'padded_batch_size', 'is_uniform_decode', 'ModelWrapper',
+           'CUDAGraphWrapper']
 
 # %% ../../nbs/15_cuda_graphs.ipynb #98e2725d
 MAX_CUDAGRAPH_CAPTURE_SIZE = 512   # vLLM's default `max_cudagraph_capture_size`
@@ -35,7 +36,20 @@ def is_uniform_decode(num_tokens: int, attn_metadata: AttentionMetadata) -> bool
     return attn_metadata.max_query_len == 1 and num_tokens == attn_metadata.seq_lens.shape[0]
 
 # %% ../../nbs/15_cuda_graphs.ipynb #18e9ae37
-class CUDAGraphWrapper(nn.Module):
+class ModelWrapper(nn.Module):
+    "A module that runs `self.model` its own way; anything else (config, kv_caches...) is the model's."
+    def __getattr__(self, name):
+        try: return super().__getattr__(name)
+        except AttributeError:
+            model = self.__dict__.get("_modules", {}).get("model")
+            if model is None: raise
+            return getattr(model, name)
+
+    def unwrap(self) -> nn.Module:
+        "The model it runs (vLLM's `unwrap`)."
+        return self.model
+
+class CUDAGraphWrapper(ModelWrapper):
     "Runs uniform decode steps padded to a capture size, from static buffers (vLLM's name)."
     def __init__(self, model: nn.Module, *, max_num_seqs: int, max_num_blocks_per_req: int, device,
                  use_graphs: bool | None = None):
@@ -57,14 +71,6 @@ class CUDAGraphWrapper(nn.Module):
         self.block_table = torch.zeros(n, max_num_blocks_per_req, dtype=torch.int32, **on)
         self.graphs, self.outputs, self.graph_pool = {}, {}, None
         self.stats = Counter()            # steps run as "replay", "padded_eager" or "eager"
-
-    def __getattr__(self, name):
-        "Anything else (config, kv_cache_spec, kv_caches, ...) is the wrapped model's."
-        try: return super().__getattr__(name)
-        except AttributeError:
-            model = self.__dict__.get("_modules", {}).get("model")
-            if model is None: raise
-            return getattr(model, name)
 
     def compute_logits(self, hidden_states):
         "The wrapped model's logits (outside the graph: they are computed for real rows only)."

@@ -8,9 +8,10 @@ from dataclasses import dataclass
 from .block_pool import BlockPool, KVCacheBlock
 from .sched.output import PrefixCacheStats
 from ..request import Request
+from ..utils.math_utils import cdiv
 
 # %% auto #0
-__all__ = ['KVCacheBlocks', 'cdiv', 'KVCacheManager']
+__all__ = ['KVCacheBlocks', 'KVCacheManager']
 
 # %% ../../nbs/03_kv_cache_manager.ipynb #15718303
 @dataclass
@@ -30,10 +31,6 @@ class KVCacheBlocks:
     def __len__(self): return len(self.blocks)
 
 # %% ../../nbs/03_kv_cache_manager.ipynb #4f090dbd
-def cdiv(a: int, b: int) -> int:
-    "Ceiling division: blocks needed for `a` tokens at `b` tokens per block."
-    return -(-a // b)
-
 class KVCacheManager:
     "Maps requests' tokens to KV blocks: prefix-cache lookups, all-or-nothing allocation, freeing."
     def __init__(self, num_gpu_blocks: int, block_size: int, max_model_len: int,

@@ -8,8 +8,7 @@ import json, time
 from collections import deque
 import contextlib
 from dataclasses import dataclass, replace
-import numpy as np
-from ..core.kv_cache_manager import cdiv
+from ..utils.math_utils import cdiv
 from pathlib import Path
 from typing import Callable, Sequence
 import torch
@@ -19,24 +18,16 @@ from ..config import CacheConfig, SchedulerConfig
 from ..core.sched.scheduler import Scheduler
 from ..core.sched.async_scheduler import AsyncScheduler
 from ..executor.uniproc_executor import UniProcExecutor
-from ..attention.selector import get_attn_backend
-from ..worker.utils import make_attn_metadata
-from ..model_executor.models.llama import compile_and_warm_up, make_kv_caches
-from minivllm.model_executor.model_loader import (compile_cache_dir, default_model_path,
-    load_model)
-from ..worker.gpu_model_runner import ModelRunner
+from ..worker.gpu_worker import Worker, resolve_model_path
 from .arg_utils import EngineArgs, batch_limits, default_block_size
 from ..usage.usage_lib import UsageContext
 
 # %% auto #0
-__all__ = ['DEFAULT_CPU_KV_CACHE_BYTES', 'TOKENIZER_FILES', 'SAMPLING_DEFAULT_FIELDS', 'kv_cache_bytes_per_block',
-           'num_blocks_for', 'EngineInfo', 'EngineCore', 'resolve_model_path', 'load_tokenizer', 'resolve_device',
-           'check_engine_args', 'profile_seq_lens', 'profile_kv_cache_memory', 'num_gpu_blocks_for',
-           'build_engine_core', 'try_get_generation_config', 'get_diff_sampling_param']
+__all__ = ['TOKENIZER_FILES', 'SAMPLING_DEFAULT_FIELDS', 'kv_cache_bytes_per_block', 'num_blocks_for', 'EngineInfo', 'EngineCore',
+           'load_tokenizer', 'resolve_device', 'check_engine_args', 'num_gpu_blocks_for', 'build_engine_core',
+           'try_get_generation_config', 'get_diff_sampling_param']
 
 # %% ../../nbs/21_engine_core.ipynb #245b11c8
-DEFAULT_CPU_KV_CACHE_BYTES = 1 << 30   # 1 GiB (vLLM 0.33: most of the node's memory, above)
-
 def kv_cache_bytes_per_block(kv_cache_spec, block_size: int) -> int:
     "Bytes of one block over all layers: keys and values of `block_size` tokens."
     num_layers, num_kv_heads, head_dim, dtype = kv_cache_spec
@@ -91,9 +82,9 @@ class EngineCore:
         return self.scheduler.has_requests() or bool(self.batch_queue)
 
     def get_model(self):
-        "The executor's model (the `nn.Module`, also when a CUDA-graph wrapper runs it)."
+        "The executor's model (the `nn.Module`, also when a compile or CUDA-graph wrapper runs it)."
         model = self.model_executor.model
-        return model.model if hasattr(model, "capture") else model   # CUDAGraphWrapper.model
+        return model.unwrap() if hasattr(model, "unwrap") else model
 
     def add_request(self, request: Request) -> None:
         "Register `request` in the scheduler's waiting queue."
@@ -160,18 +151,6 @@ class EngineCore:
         return engine_core_outputs, model_executed
 
 # %% ../../nbs/21_engine_core.ipynb #6ff73d0c
-def resolve_model_path(model: str | Path | None) -> Path:
-    "The model folder (`None`: the embedded SmolLM2), checked for config.json and safetensors."
-    path = Path(default_model_path() if model is None else model).expanduser()
-    if not path.is_dir():
-        raise ValueError(f"model {str(path)!r} is not a folder; LLM(model=...) takes a local "
-                         "Hugging Face model folder (config.json + *.safetensors)")
-    if not (path / "config.json").is_file():
-        raise ValueError(f"model folder {path} has no config.json")
-    if not any(path.glob("*.safetensors")):
-        raise ValueError(f"model folder {path} has no *.safetensors weights")
-    return path
-
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 
 def load_tokenizer(path: Path, trust_remote_code: bool = False):
@@ -186,79 +165,42 @@ def resolve_device(device) -> torch.device:
     if device == "auto": device = "cuda" if torch.cuda.is_available() else "cpu"
     return torch.device(device)
 
-def check_engine_args(attention_backend: str, device: torch.device, scheduling_policy: str,
-                      gpu_memory_utilization: float) -> None:
-    "The cheap checks, run before the model is loaded."
-    get_attn_backend(attention_backend, device)  # ValueError for an unknown name
+def check_engine_args(scheduling_policy: str, gpu_memory_utilization: float) -> None:
+    "The cheap checks, run before the worker loads the model (it checks the attention backend)."
     if scheduling_policy not in ("fcfs", "priority"):
         raise ValueError(f"unknown scheduling_policy {scheduling_policy!r}; valid: 'fcfs', "
                          "'priority'")
     if not 0 < gpu_memory_utilization <= 1:
         raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
 
-# %% ../../nbs/21_engine_core.ipynb #313e0dab
-def profile_seq_lens(num_tokens: int, max_model_len: int | None) -> list[int]:
-    "The largest step's tokens as prefills of at most `max_model_len` tokens each."
-    seq_len = min(num_tokens, max_model_len or num_tokens)
-    return [seq_len] * (num_tokens // seq_len) + [num_tokens % seq_len] * bool(num_tokens % seq_len)
-
-def profile_kv_cache_memory(model, num_tokens: int, max_num_seqs: int, block_size: int,
-                            gpu_memory_utilization: float, max_model_len: int | None = None) -> int:
-    "GPU bytes left for the KV cache after the largest step (vLLM's `determine_available_memory`)."
-    device = next(model.parameters()).device
-    num_layers, num_kv_heads, head_dim, dtype = model.kv_cache_spec()
-    seq_lens = profile_seq_lens(num_tokens, max_model_len)
-    first_blocks = np.cumsum([0] + [cdiv(n, block_size) for n in seq_lens])
-    caches = make_kv_caches(num_layers, num_kv_heads, head_dim, dtype, int(first_blocks[-1]),
-                            block_size, device)
-    model.bind_kv_caches(caches)
-    tables = [list(range(a, b)) for a, b in zip(first_blocks[:-1], first_blocks[1:])]
-    positions, metadata = make_attn_metadata(tables, [0] * len(seq_lens), seq_lens, block_size,
-                                             device)
-    torch.cuda.empty_cache(); torch.cuda.reset_peak_memory_stats(device)
-    with torch.no_grad():   # a step samples at most one token per sequence: max_num_seqs logit rows
-        hidden = model(torch.zeros(num_tokens, dtype=torch.long, device=device), positions,
-                       metadata)
-        model.compute_logits(hidden[-max_num_seqs:])
-    torch.cuda.synchronize(device)
-    peak = torch.cuda.max_memory_allocated(device)
-    free, total = torch.cuda.mem_get_info(device)
-    non_torch = max(total - free - torch.cuda.memory_reserved(device), 0)  # CUDA context, others
-    return max(int(total * gpu_memory_utilization) - peak - non_torch, 0)  # peak: with scratch KV
-
 # %% ../../nbs/21_engine_core.ipynb #60f0cbe1
-def num_gpu_blocks_for(model, device: torch.device, args: EngineArgs, max_model_len: int,
+def num_gpu_blocks_for(worker: Worker, args: EngineArgs, max_model_len: int,
                        max_num_batched_tokens: int, max_num_seqs: int) -> int:
-    "The override, else the memory budget (profiled on GPU) divided by the bytes of one block."
+    "The override, else the worker's memory budget divided by the bytes of one block."
     if args.num_gpu_blocks_override is not None: return args.num_gpu_blocks_override
-    budget = args.kv_cache_memory_bytes
-    if budget is None:
-        budget = (DEFAULT_CPU_KV_CACHE_BYTES if device.type != "cuda" else
-                  profile_kv_cache_memory(model, max_num_batched_tokens, max_num_seqs,
-                                          args.block_size, args.gpu_memory_utilization,
-                                          max_model_len))
+    budget = worker.determine_available_memory(max_num_batched_tokens, max_num_seqs, max_model_len)
     useful = max_num_seqs * cdiv(max_model_len, args.block_size) + 1
-    per_block = kv_cache_bytes_per_block(model.kv_cache_spec(), args.block_size)
+    per_block = kv_cache_bytes_per_block(worker.get_kv_cache_spec(), args.block_size)
     return num_blocks_for(budget, per_block, useful)
 
 # %% ../../nbs/21_engine_core.ipynb #d9030d9c
 def build_engine_core(args: EngineArgs, eos_token_id: int | None = None,
                       usage_context: UsageContext = UsageContext.ENGINE_CONTEXT) -> EngineCore:
-    "Load the model, size and allocate the KV cache, and build scheduler, worker and `EngineCore`."
+    "The worker (the model, its KV cache, compiled), the scheduler sized to fit, `EngineCore`."
     path, device = resolve_model_path(args.model), resolve_device(args.device)
-    check_engine_args(args.attention_backend, device, args.scheduling_policy,
-                      args.gpu_memory_utilization)
+    check_engine_args(args.scheduling_policy, args.gpu_memory_utilization)
     if args.num_threads is not None: torch.set_num_threads(args.num_threads)
     if args.seed is not None: torch.manual_seed(args.seed)
     if args.block_size is None:             # vLLM's for the device (the section above)
         args = replace(args, block_size=default_block_size(device.type))
-    model = load_model(path, args.dtype, device, args.attention_backend)
+    worker = Worker(args, device, path)
+    model = worker.load_model()
     eos_token_id = model.config.eos_token_id if eos_token_id is None else eos_token_id
     model_len = args.max_model_len or model.config.max_position_embeddings
     memory, name = ((torch.cuda.get_device_properties(device).total_memory,
                      torch.cuda.get_device_name(device)) if device.type == "cuda" else (0, ""))
     batched, max_num_seqs = batch_limits(args, usage_context, model_len, device.type, memory, name)
-    num_blocks = num_gpu_blocks_for(model, device, args, model_len, batched, max_num_seqs)
+    num_blocks = num_gpu_blocks_for(worker, args, model_len, batched, max_num_seqs)
     max_model_len = args.max_model_len or min(model_len, (num_blocks - 1) * args.block_size)
     scheduler_cls = AsyncScheduler if args.async_scheduling else Scheduler
     scheduler = scheduler_cls(
@@ -270,19 +212,9 @@ def build_engine_core(args: EngineArgs, eos_token_id: int | None = None,
         CacheConfig(block_size=args.block_size, num_gpu_blocks=num_blocks,
                     enable_prefix_caching=args.enable_prefix_caching),
         log_stats=not args.disable_log_stats)
-    runner = ModelRunner(model, max_num_seqs, max_model_len, batched, args.block_size,
-                         device=device, eos_token_id=eos_token_id,
-                         async_scheduling=args.async_scheduling)
-    runner.initialize_kv_cache(num_blocks, args.block_size)
-    float32 = model.kv_cache_spec()[3] == torch.float32
-    if device.type == "cpu" and float32 and not args.enforce_eager:
-        compile_and_warm_up(model, compile_cache_dir())
-    if device.type == "cuda" and not args.enforce_eager:
-        # CUDA only: CPU runs never import it
-        from minivllm.compilation.cuda_graph import CUDAGraphWrapper
-        runner.model = CUDAGraphWrapper(model, max_num_seqs=max_num_seqs, device=device,
-                                        max_num_blocks_per_req=cdiv(max_model_len, args.block_size))
-        runner.model.capture()
+    runner = worker.initialize_kv_cache(num_blocks, max_num_seqs, max_model_len, batched,
+                                        eos_token_id)
+    worker.compile_or_warm_up_model()
     info = EngineInfo(model=str(path), model_name=path.name, device=str(device),
                       max_model_len=max_model_len, vocab_size=model.config.vocab_size,
                       eos_token_id=eos_token_id, num_gpu_blocks=num_blocks,

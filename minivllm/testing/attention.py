@@ -4,20 +4,14 @@
 __all__ = ['make_paged_batch']
 
 # %% ../../nbs/12_paged_attention.ipynb #b041461a
-from ..core.kv_cache_manager import cdiv
-import os
-import torch
-# Triton only compiles for a GPU. On a CPU-only machine we switch on its interpreter (kernels then
-# run with numpy on CPU tensors) so that `import minivllm` works and the kernels can be tested.
-# It must be set before the first @triton.jit below is defined; an explicit user setting wins.
-if not torch.cuda.is_available(): os.environ.setdefault("TRITON_INTERPRET", "1")
+from ..utils.math_utils import cdiv
 
 # %% ../../nbs/12_paged_attention.ipynb #6027550f
 def make_paged_batch(q_lens, ctx_lens, block_size=16, num_kv_heads=2, qpk=2, head_dim=64,
                      dtype=None, device="cpu", share_prefix=0, pad=0, extra_blocks=3, seed=0):
     "Random (query, key, value, kv_cache, AttentionMetadata) for these query and context lengths."
     import torch
-    from minivllm.attention.backends.triton_attn import AttentionMetadata
+    from minivllm.attention.backend import AttentionMetadata
     dtype = dtype or torch.float32
     g = torch.Generator().manual_seed(seed)
     seq_lens = [c + q for c, q in zip(ctx_lens, q_lens)]

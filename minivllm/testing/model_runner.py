@@ -3,7 +3,7 @@
 # %% ../../nbs/14_model_runner.ipynb #36cb3d43
 from __future__ import annotations
 import torch
-from ..attention.backends.triton_attn import AttentionMetadata
+from ..attention.backend import AttentionMetadata
 
 # %% auto #0
 __all__ = ['HistoryModel']
@@ -12,7 +12,7 @@ __all__ = ['HistoryModel']
 import math
 import torch
 from torch import nn
-from ..attention.backends.triton_attn import AttentionMetadata
+from ..attention.backend import AttentionMetadata
 
 # %% ../../nbs/14_model_runner.ipynb #8ac51c76
 class HistoryModel(nn.Module):

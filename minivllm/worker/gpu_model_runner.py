@@ -9,7 +9,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import NamedTuple
 import numpy as np
 import torch
-from ..attention.backends.triton_attn import AttentionMetadata
+from ..attention.backend import AttentionMetadata
+from ..model_executor.model_loader import make_kv_caches
 from .utils import to_attn_metadata
 from .gpu_input_batch import (CachedRequestState, InputBatch, BatchInputs,
     update_states, prepare_inputs, bookkeeping_sync)
@@ -55,15 +56,8 @@ class ModelRunner:
         block_size = block_size or self.block_size
         if block_size != self.block_size:
             raise ValueError(f"block_size {block_size} differs from the runner's {self.block_size}")
-        num_layers, num_kv_heads, head_dim, dtype = self.model.kv_cache_spec()
-        shape = (num_blocks, 2, block_size, num_kv_heads, head_dim)
-        if torch.device(self.device).type == "cpu":    # one block on huge pages (chapter 13)
-            from minivllm.model_executor.model_loader import huge_page_views
-            layer = torch.empty(shape, dtype=dtype, device="meta")
-            self.kv_caches = [t.zero_() for t in huge_page_views([layer] * num_layers)]
-        else:
-            self.kv_caches = [torch.zeros(shape, dtype=dtype, device=self.device)
-                              for _ in range(num_layers)]
+        self.kv_caches = make_kv_caches(*self.model.kv_cache_spec(), num_blocks, block_size,
+                                        self.device)     # on a CPU: one block on huge pages
         self.model.bind_kv_caches(self.kv_caches)
         return self.kv_caches
 

@@ -4,7 +4,7 @@
 from __future__ import annotations
 import numpy as np
 import torch
-from ..attention.backends.triton_attn import AttentionMetadata
+from ..attention.backend import AttentionMetadata
 from .block_table import BlockTable
 from ..utils.torch_utils import to_device
 from .gpu_input_batch import compute_positions
