@@ -783,19 +783,19 @@ def stack_pixels(images, dest: Path):
     tmp.replace(dest)
 
 
-def example_figures(examples: dict, device_name: str):
-    "Each worked example's timeline, in the articles' order, drawn by minivllm's plot_timeline."
+def example_figures(examples: dict):
+    "Each worked example's timeline, in the articles' order, by minivllm's plot_timeline (it names the device)."
     plot_timeline = helper("plot_timeline")
     for name, e in examples.items():
         if e.get("timeline"):
             yield name, plot_timeline(timeline_from_json(e["timeline"]),
-                                      title=f"{name} on the real engine ({device_name})")
+                                      title=f"{name} on the real engine")
 
 
-def draw_examples(examples: dict, dest: Path, device_name: str, each_dir: Path | None = None) -> int:
+def draw_examples(examples: dict, dest: Path, each_dir: Path | None = None) -> int:
     "The worked examples' timelines in one figure file (and one file each in `each_dir`); how many."
     images = []
-    for name, fig in example_figures(examples, device_name):
+    for name, fig in example_figures(examples):
         images.append(figure_pixels(fig))
         if each_dir:
             import matplotlib.image as mpimg
@@ -809,8 +809,7 @@ def examples_command() -> int:
     "Draw a GPU run's worked examples from its results.json: OUT/fig_examples.png and OUT/examples/*.png."
     data = json.loads(Path(ARGS.results).read_text())
     w = data.get("c", {}).get("items", {}).get("worked_examples", {})
-    gpu = data.get("c", {}).get("env", {}).get("gpu", "cpu")
-    n = draw_examples(w.get("examples", {}), Path(ARGS.out) / "fig_examples.png", gpu, Path(ARGS.out) / "examples")
+    n = draw_examples(w.get("examples", {}), Path(ARGS.out) / "fig_examples.png", Path(ARGS.out) / "examples")
     print(f"{n} timelines drawn into {ARGS.out}")
     return 0 if n == NUM_WORKED_EXAMPLES else 1
 
@@ -1680,13 +1679,12 @@ def draw_figures(data, out: Path, stages: str):
                title="Triton kernels vs the fp32 reference")
         ax.legend(); save_fig(fig, "fig_kernels.png")
     if "d" in stages and speed_figure(data, plt): save_fig(plt.gcf(), "fig_speed.png")
-    gpu = next((data[s]["env"].get("gpu") for s in "cd" if data.get(s, {}).get("env", {}).get("gpu")), "CPU, dry run")
     ex = data.get("c", {}).get("items", {}).get("worked_examples", {}).get("examples", {})
-    if ex and "c" in stages: draw_examples(ex, out / "fig_examples.png", gpu)
+    if ex and "c" in stages: draw_examples(ex, out / "fig_examples.png")
     m = data.get("m", {}).get("items", {}).get("pressure", {})
     if m.get("timeline") and "m" in stages:
         rec = timeline_from_json(m["timeline"])
-        title = f"Memory pressure: {m['blocks']} of {m['blocks_wanted']} blocks ({gpu})"
+        title = f"Memory pressure: {m['blocks']} of the {m['blocks_wanted']} KV blocks wanted"
         stack_pixels([figure_pixels(helper("plot_timeline")(rec, title=title)),
                       figure_pixels(helper("plot_kv_cache")(rec, title=title))], out / "fig_pressure.png")
 
