@@ -157,7 +157,7 @@ def make_plan(kind: str, bandwidth: float | None = None, only=None) -> dict:
 def dry_plan(only=None) -> dict:
     "The dry run's stage limits (generous: CI has two shared cores), GPU_CHECK_SCALE times longer."
     stages = [s for s in ORDER if not only or any(o[0] == s for o in only)]
-    return {"kind": "cpu (dry run)", "call": "dry run", "items": {}, "only": list(only or []),
+    return {"kind": "dry run", "call": "dry run", "items": {}, "only": list(only or []),
             "stages": {s: round(DRY_STAGE_S[s] * SCALE) for s in stages}, "dropped": []}
 
 
@@ -180,7 +180,7 @@ def plan_table(plans: dict) -> list[str]:
 def probe() -> dict:
     "The GPU's name, its kind and copy bandwidth (the dry run: this CPU's)."
     import torch
-    if ARGS.dry_run: gpu, kind = "cpu", "cpu (dry run)"
+    if ARGS.dry_run: gpu, kind = "this machine's CPU", "dry run"
     else:
         gpu = torch.cuda.get_device_name(0)
         kind = next((k for k in KIND_BANDWIDTH if k in gpu), "other")    # sized by its bandwidth
