@@ -286,9 +286,10 @@ def test_a_killed_dry_run_keeps_a_valid_report(tmp_path):
             done = {k: v for k, v in items.items() if v.get("status") == "ok"}
     finally:
         os.killpg(check.pid, signal.SIGKILL); check.wait()
-    assert done == {"Qwen3-0.6B/weights": done.get("Qwen3-0.6B/weights")}, done     # mid-stage: its first item
+    results = json.loads((out / "results.json").read_text())
+    assert "Qwen3-0.6B/weights" in done and results["stages"] == [], (done, results["stages"])   # mid-stage
     report = (out / "report.md").read_text()
     assert report.index("## Correctness") < report.index("## Speed goals") < report.index("## Plan and stages")
     assert re.search(r"\| Qwen3-0.6B: graphs >= 3x eager, batch-1 decode step \| n/a \|", report)
     assert "| H200 s | H100 s |" in report and report.rstrip().endswith("## Figures")
-    assert json.loads((out / "results.json").read_text())["d"]["items"].keys() >= done.keys()
+    assert results["d"]["items"].keys() >= done.keys()
