@@ -1592,7 +1592,7 @@ def write_report(work: Path, out: Path, figures=()) -> list[str]:
     data["plan"].setdefault("dry_run", dry)
     data["failures"] = fails = all_failures(data)
     out.mkdir(parents=True, exist_ok=True)
-    env = next((data[s]["env"] for s in ORDER if data.get(s, {}).get("env")), {})
+    env = next((data[s]["env"] for s in ORDER[::-1] if data.get(s, {}).get("env")), {})   # k compiles: last
     L = [f"# minivllm GPU check{' (dry run on CPU)' if dry else ''}", "",
          f"Commit `{git_commit()}`, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. "
          f"Environment: {', '.join(f'{k} {v}' for k, v in env.items())}.", "",
