@@ -78,13 +78,13 @@ vllm-env: $(VLLM_VENV)/.installed
 $(VLLM_VENV)/.installed: tests/vllm_env/setup.sh tests/vllm_env/requirements.txt requirements.txt
 	VLLM_VENV=$(VLLM_VENV) bash tests/vllm_env/setup.sh
 
-## gpu-check: the GPU check of issues 11 and 21 on this machine's GPU (bench/GPU_CHECK.md)
+## gpu-check: the GPU check of issues 11, 21 and 53 on this machine's GPU (bench/GPU_CHECK.md)
 .PHONY: gpu-check gpu-rehearsal
 gpu-check:
 	bash bench/gpu_check.sh
 
 ## gpu-rehearsal: its dry run on the CPU in the device image's versions (Triton 3.6, transformers
-## 5.17, fastcore from the carried wheel, the project on PYTHONPATH only; venv in build/gpu-rehearsal),
+## 5.17, the carried wheels: fastcore, the server's; the project on PYTHONPATH only; venv in build/gpu-rehearsal),
 ## every kernel configuration compiled for sm_90 with Triton 3.6; fails when any stage fails
 gpu-rehearsal:
 	bash bench/gpu_rehearsal.sh
