@@ -43,6 +43,7 @@ class LLM:
         self.model_path, info = self.llm_engine.model_path, self.engine_core.info
         self.device, self.max_model_len = torch.device(info.device), info.max_model_len
         self.block_size, self.model = info.block_size, self.engine_core.get_model()
+        self.eos_token_id = info.eos_token_id   # the model's end of sequence (None: none)
         self.scheduler_config = self.engine_core.scheduler_config
         self.cache_config = self.engine_core.cache_config
         self.default_sampling_params: dict | None = None
