@@ -3,10 +3,6 @@
 # %% auto #0
 __all__ = ['TINY_CONFIG', 'make_tiny_model']
 
-# %% ../../nbs/13_model.ipynb #2cf543c9
-#| export testing.tiny_models
-
-
 # %% ../../nbs/13_model.ipynb #73516938
 TINY_CONFIG = dict(vocab_size=256, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
                    num_attention_heads=4, num_key_value_heads=2, head_dim=32,
