@@ -417,7 +417,7 @@ def _expand(st: dict, last: dict) -> dict:
 # %% ../../nbs/26_vllm_integration.ipynb #41642b1f
 def _timeline_classes():
     "minivllm's recorder classes (imported on use: the vLLM side needs none of minivllm)."
-    from minivllm import TimelineRecorder
+    from minivllm.timeline import TimelineRecorder
     from minivllm.timeline import RequestStep, StepRecord
     return TimelineRecorder, StepRecord, RequestStep
 
