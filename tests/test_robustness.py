@@ -164,8 +164,8 @@ async def _tokens(async_llm, prompt, sp, request_id):
 
 
 def test_a_failing_request_fails_alone(tiny_server):
-    """A request that slips past the door and fails inside the engine's step (top_k 2^31 overflows the
-    input batch's int32) joins a running batch: it gets an error, the others finish with the same tokens. The batch
+    """A request that slips past the door and fails inside the engine's step (a logit_bias token id past the
+    vocabulary indexes out of the logits) joins a running batch: it gets an error, the others finish with the same tokens. The batch
     is long enough (200 tokens) to be seen running together on a loaded machine, where 24 tokens could finish first."""
     async_llm, url = tiny_server.async_llm, tiny_server.url
     prompts = [[7 + i, 3, 9, 11 + i] * 3 for i in range(4)]
@@ -179,14 +179,14 @@ def test_a_failing_request_fails_alone(tiny_server):
             assert not any(t.done() for t in tasks), "a request of the batch finished before all four ran"
             await asyncio.sleep(0.01)
         # bypass AsyncLLM.add_request's checks: register and send by hand, as a buggy client might
-        sp_poison = SamplingParams(temperature=1, max_tokens=8)
-        sp_poison.top_k = 2**31                        # past SamplingParams' own checks too
+        # valid alone; only the input processor, bypassed here, knows the vocabulary
+        sp_poison = SamplingParams(temperature=1, max_tokens=8, logit_bias={10**6: 1.0})
         poison = Request("poison", [1, 2, 3], sp_poison, None)
         collector = RequestOutputCollector(asyncio.get_running_loop())
         with async_llm.processor_lock:
             async_llm.output_processor.add_request(poison, None, None, 0, collector)
         async_llm._send_frames(encode_request(EngineCoreRequestType.ADD, request_to_wire(poison)))
-        # fails in the step (the input batch's int32), or at the engine's door if it ever checks top_k
+        # fails in the step (the sampler's logit_bias), or at the engine's door if it ever checks ids
         with pytest.raises((EngineRequestError, ValueError)): await collector.get()
         return await asyncio.gather(*tasks)
     got = asyncio.run(asyncio.wait_for(with_poison(), 120))
