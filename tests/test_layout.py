@@ -70,6 +70,7 @@ VLLM_NAMESAKES = {
     "metrics/stats.py": "vllm/v1/metrics/stats.py",
     "platforms/cpu.py": "vllm/platforms/cpu.py",
     "usage/usage_lib.py": "vllm/usage/usage_lib.py",
+    "entrypoints/common/cli_args.py": "vllm/entrypoints/common/cli_args.py",
 }
 
 

@@ -9,7 +9,8 @@ from ..usage.usage_lib import UsageContext
 from ..utils.argparse_utils import human_readable_int, human_readable_int_or_auto
 
 # %% auto #0
-__all__ = ['HUMAN_READABLE', 'GiB', 'EngineArgs', 'AsyncEngineArgs', 'get_batch_defaults', 'default_block_size', 'batch_limits']
+__all__ = ['HUMAN_READABLE', 'GiB', 'EngineArgs', 'get_kwargs', 'add_dataclass_args', 'dataclass_from_args', 'AsyncEngineArgs',
+           'get_batch_defaults', 'default_block_size', 'batch_limits']
 
 # %% ../../nbs/21_engine_core.ipynb #2fed3263
 def _arg(default, help: str):
@@ -72,20 +73,14 @@ class EngineArgs:
     # %% ../../nbs/21_engine_core.ipynb #3f213936
     @classmethod
     def add_cli_args(cls, parser):
-        "One flag per field (vLLM's spelling, default and help), into `parser` or a group; returns it."
-        group = parser.add_argument_group(f"engine options ({cls.__name__})") \
-            if hasattr(parser, "parse_args") else parser     # vLLM's scripts pass either
-        for f in fields(cls):
-            flag, t = "--" + f.name.replace("_", "-"), HUMAN_READABLE.get(f.name, _flag_type(f.type))
-            kind = dict(action=argparse.BooleanOptionalAction) if t is None else dict(type=t)
-            group.add_argument(flag, default=f.default, help=f.metadata["help"], **kind)
-        return parser
+        "One flag per field, into `parser` or a group of it (vLLM's scripts pass either); `parser`."
+        return add_dataclass_args(cls, parser, f"engine options ({cls.__name__})")
 
     # %% ../../nbs/21_engine_core.ipynb #3f213936
     @classmethod
     def from_cli_args(cls, args: argparse.Namespace) -> EngineArgs:
         "The options of parsed flags (vLLM's); the namespace may hold other flags too."
-        return cls(**{f.name: getattr(args, f.name) for f in fields(cls)})
+        return dataclass_from_args(cls, args)
 
 # %% ../../nbs/21_engine_core.ipynb #3f213936
 HUMAN_READABLE = {"max_model_len": human_readable_int_or_auto,
@@ -97,6 +92,27 @@ def _flag_type(annotation: str):
     for name, t in (("bool", None), ("int", int), ("float", float)):
         if name in str(annotation).split(" | "): return t
     return str
+
+def get_kwargs(cls) -> dict[str, dict]:
+    "`add_argument`'s keywords for each field of the dataclass `cls`: default, help, type (vLLM's)."
+    kwargs = {}
+    for f in fields(cls):
+        t = HUMAN_READABLE.get(f.name, _flag_type(f.type))
+        kind = dict(action=argparse.BooleanOptionalAction) if t is None else dict(type=t)
+        shown = "" if f.default is None else " (default: %(default)s)"
+        kwargs[f.name] = dict(default=f.default, help=f.metadata["help"] + shown, **kind)
+    return kwargs
+
+def add_dataclass_args(cls, parser, title: str):
+    "A flag per field of `cls`, in a group `title` of `parser` or in the group `parser`; `parser`."
+    group = parser.add_argument_group(title) if hasattr(parser, "parse_args") else parser
+    for name, kwargs in get_kwargs(cls).items():
+        group.add_argument("--" + name.replace("_", "-"), **kwargs)
+    return parser
+
+def dataclass_from_args(cls, args: argparse.Namespace):
+    "The `cls` that parsed flags describe; the namespace may hold other flags too."
+    return cls(**{f.name: getattr(args, f.name) for f in fields(cls)})
 
 @dataclass
 class AsyncEngineArgs(EngineArgs):

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/24_async_llm.ipynb #ffc64b16
 from __future__ import annotations
-import asyncio, atexit, concurrent.futures, gc, itertools, logging, math, multiprocessing, pickle
+import asyncio, atexit, concurrent.futures, gc, itertools, logging, multiprocessing, pickle
 import queue
 import os, shutil, signal, tempfile, threading, time, traceback, uuid
 from dataclasses import asdict, fields, replace
@@ -29,17 +29,15 @@ from ..usage.usage_lib import UsageContext
 from .output_processor import OutputProcessor
 from ..outputs import RequestOutput
 from ..sampling_params import RequestOutputKind
-from ..inputs.llm import TextPrompt, TokensPrompt, parse_prompt
-from .input_processor import (check_prompt, check_sampling_params, fan_out,
-                                             prepare_sampling_params)
+from ..inputs.llm import TextPrompt, TokensPrompt
+from .input_processor import InputProcessor, check_prompt, fan_out
 
 # %% auto #0
-__all__ = ['POLL_INTERVAL_MS', 'MAX_FAILED_STEPS', 'OUTPUT_LINGER_MS', 'HEARTBEAT_INTERVAL_S', 'HEARTBEAT_TIMEOUT_S',
-           'MAX_LOGPROBS', 'MAX_N', 'log', 'INT64_MIN', 'INT64_MAX', 'FLOAT_FIELDS', 'INT_FIELDS',
+__all__ = ['POLL_INTERVAL_MS', 'MAX_FAILED_STEPS', 'OUTPUT_LINGER_MS', 'HEARTBEAT_INTERVAL_S', 'HEARTBEAT_TIMEOUT_S', 'log',
            'EngineCoreRequestType', 'EngineDeadError', 'EngineRequestError', 'bind_socket', 'params_to_wire',
            'params_from_wire', 'request_to_wire', 'request_from_wire', 'output_to_wire', 'output_from_wire',
            'encode_request', 'decode_request', 'EngineCoreProc', 'decode_or_error', 'make_engine_core',
-           'run_engine_core', 'RequestOutputCollector', 'AsyncLLM', 'stats_from_wire', 'check_request_params']
+           'run_engine_core', 'RequestOutputCollector', 'AsyncLLM', 'stats_from_wire']
 
 # %% ../../nbs/24_async_llm.ipynb #ad6110ec
 class EngineCoreRequestType(bytes, Enum):
@@ -345,8 +343,6 @@ class RequestOutputCollector:
 
 # %% ../../nbs/24_async_llm.ipynb #5b7d466a
 HEARTBEAT_TIMEOUT_S = 5.0   # no message from the engine for this long: a stall (/health 503)
-MAX_LOGPROBS = 20           # top tokens per position, at most (vLLM's default max_logprobs)
-MAX_N = 128                 # completions per request (vLLM's VLLM_MAX_N_SEQUENCES is 16384)
 log = logging.getLogger("minivllm")
 
 class AsyncLLM:
@@ -354,7 +350,7 @@ class AsyncLLM:
     def __init__(self, model: str | Path | None = None, *, transport: str = "ipc",
                  startup_timeout: float = 600, record_timeline: bool = False,
                  heartbeat_timeout: float = HEARTBEAT_TIMEOUT_S,
-                 engine_stall_timeout: float | None = None, max_logprobs: int = MAX_LOGPROBS,
+                 engine_stall_timeout: float | None = None,
                  usage_context: UsageContext = UsageContext.ENGINE_CONTEXT, **engine_kwargs):
         self.model_path = resolve_model_path(model)
         # a TypeError for an unknown option, before any process starts
@@ -370,7 +366,7 @@ class AsyncLLM:
         self.call_ids, self.errored, self.closed = itertools.count(), None, False
         self.closing = False
         self.input_lock = threading.Lock()
-        self.heartbeat_timeout, self.max_logprobs = heartbeat_timeout, max_logprobs
+        self.heartbeat_timeout = heartbeat_timeout
         self.engine_stall_timeout = engine_stall_timeout   # None: a stall is never fatal
         self.stalled_since: float | None = None            # the silence the log reported
         # a long prompt is tokenised off the event loop: one thread, like vLLM's tokenizer pool
@@ -378,6 +374,9 @@ class AsyncLLM:
         eos = self.tokenizer.eos_token_id if self.tokenizer is not None else None
         self._start_engine(transport, (engine_args, eos, record_timeline, usage_context),
                            startup_timeout)
+        # chapter 23's checks, as LLM's, with the vocabulary and max_model_len of the handshake
+        self.input_processor = InputProcessor(engine_args, self.engine_info, self.tokenizer,
+                                              self.generation_config)
         # vLLM's metrics, summed from every step's stats (chapter 23's StatLogger)
         self.stat_logger = StatLogger(self.model_path.name, self.max_model_len)
         self.last_heard = time.monotonic()
@@ -560,38 +559,24 @@ class AsyncLLM:
         self.check_health()
         sampling_params = sampling_params or SamplingParams()
         if output_kind is not None: sampling_params = replace(sampling_params, output_kind=output_kind)
-        vocab_size = self.engine_info.vocab_size
-        check_sampling_params(sampling_params, self.tokenizer, vocab_size, self.max_logprobs)
-        sampling_params = check_request_params(sampling_params, vocab_size, self.max_logprobs)
-        text, prompt_token_ids = (prompt, None) if isinstance(prompt, str) else (None, prompt)
-        if isinstance(prompt, dict):      # vLLM's TextPrompt or TokensPrompt
-            parsed = parse_prompt(prompt)
-            text, prompt_token_ids = parsed["prompt"], parsed["prompt_token_ids"]
-        loop = asyncio.get_running_loop()   # tokenising runs in the tokenizer thread: the event
-        if prompt_token_ids is None:        # loop keeps serving others meanwhile
-            prompt_token_ids = await loop.run_in_executor(self.tokenizer_executor,
-                                                          self.tokenize_prompt, text)
-        else: prompt_token_ids = self.tokenize_prompt(prompt_token_ids)
-        eos = self.engine_info.eos_token_id   # max_tokens=None, bad_words, the model's extra EOS
-        sampling_params = await loop.run_in_executor(self.tokenizer_executor, partial(   # bad_words
-            prepare_sampling_params, sampling_params, len(prompt_token_ids), self.max_model_len,
-            self.tokenizer, self.generation_config, eos))
+        loop = asyncio.get_running_loop()   # checked and tokenised in the tokenizer thread: the
+        request, text = await loop.run_in_executor(   # event loop keeps serving others meanwhile
+            self.tokenizer_executor, partial(self.input_processor.process_inputs, request_id, prompt,
+                                             sampling_params, priority=priority))
         self.check_health()
-        collector = RequestOutputCollector(asyncio.get_running_loop())
+        collector = RequestOutputCollector(loop)
         with self.processor_lock:
             op = self.output_processor
             if request_id in op.request_states or request_id in op.parent_requests:
                 raise ValueError(f"request id {request_id!r} is already in use")
-            children = fan_out(request_id, sampling_params)
-            requests = [Request(child_id, prompt_token_ids, sp, eos, priority=priority)
-                        for child_id, sp, _, _ in children]
+            children = fan_out(request)
             # encoded before anything is registered: a payload msgpack refuses leaves no trace
-            try: messages = [encode_request(EngineCoreRequestType.ADD, request_to_wire(r))
-                             for r in requests]
+            try: messages = [encode_request(EngineCoreRequestType.ADD, request_to_wire(child))
+                             for child, _, _ in children]
             except (TypeError, ValueError, OverflowError) as e:   # the checks above missed something
                 raise RuntimeError(f"request {request_id!r} cannot be sent to the engine: {e}") from e
-            for request, (_, _, parent, index) in zip(requests, children):
-                op.add_request(request, text, parent, index, collector)   # its params' output_kind
+            for child, parent, index in children:
+                op.add_request(child, text, parent, index, collector)   # its params' output_kind
         try:
             for frames in messages: self._send_frames(frames)
         except BaseException:   # registered but not (all) sent: undo, so nothing waits for it
@@ -699,29 +684,3 @@ def stats_from_wire(d: dict | None) -> SchedulerStats | None:
     if d is None: return None
     prefix = d.get("prefix_cache_stats")
     return SchedulerStats(**d | {"prefix_cache_stats": prefix and PrefixCacheStats(**prefix)})
-
-# %% ../../nbs/24_async_llm.ipynb #2a90056d
-INT64_MIN, INT64_MAX = -2**63, 2**63 - 1
-FLOAT_FIELDS = ("temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty",
-                "repetition_penalty")
-INT_FIELDS = ("n", "seed", "max_tokens", "min_tokens", "logprobs", "prompt_logprobs")
-
-def check_request_params(params: SamplingParams, vocab_size: int,
-                         max_logprobs: int = MAX_LOGPROBS, max_n: int = MAX_N) -> SamplingParams:
-    "What reaches tensors and the wire, bounded: `ValueError` naming the field; `top_k` clamped."
-    for name in FLOAT_FIELDS:
-        x = getattr(params, name)
-        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
-            raise ValueError(f"{name} must be a finite number, got {x!r}")
-    for name in INT_FIELDS:
-        x = getattr(params, name)
-        if x is not None and not INT64_MIN <= x <= INT64_MAX:
-            raise ValueError(f"{name} must fit in a signed 64-bit integer, got {x}")
-    if params.n > max_n: raise ValueError(f"n must be at most {max_n}, got {params.n}")
-    for name in ("logprobs", "prompt_logprobs"):
-        k = getattr(params, name)
-        if k is not None and k > max_logprobs:
-            raise ValueError(f"{name}: requested {k} logprobs, which is more than the maximum "
-                             f"allowed, max_logprobs={max_logprobs}")
-    if params.top_k > vocab_size: params = replace(params, top_k=vocab_size)   # as vLLM's batch
-    return params

@@ -3,8 +3,12 @@
 # %% ../../nbs/23_llm.ipynb #0a8e6dcd
 from __future__ import annotations
 from dataclasses import replace
-from ..sampling_params import SamplingParams
+from ..request import Request
+from ..sampling_params import INT64_MAX, INT64_MIN, SamplingParams
+from .arg_utils import EngineArgs
+from .core import EngineInfo
 from .output_processor import ParentRequest
+from ..inputs.llm import parse_prompt
 
 def check_prompt(tokenizer, prompt: str | list[int], vocab_size: int, max_model_len: int,
                  name: str = "the prompt") -> list[int]:
@@ -24,7 +28,7 @@ def check_prompt(tokenizer, prompt: str | list[int], vocab_size: int, max_model_
     return list(prompt)
 
 # %% auto #0
-__all__ = ['check_prompt', 'check_sampling_params', 'prepare_sampling_params', 'fan_out']
+__all__ = ['check_prompt', 'check_sampling_params', 'prepare_sampling_params', 'fan_out', 'InputProcessor', 'check_priority']
 
 # %% ../../nbs/23_llm.ipynb #o11d19
 def check_sampling_params(params, tokenizer, vocab_size: int, max_logprobs: int = 20) -> None:
@@ -44,10 +48,10 @@ def check_sampling_params(params, tokenizer, vocab_size: int, max_logprobs: int 
         k = getattr(params, name)
         if (k or 0) > vocab_size:
             raise ValueError(f"{name}={k} is more than the {vocab_size} tokens of the vocabulary")
-        if (k or 0) > cap:   # vLLM's message
+        if (k or 0) > cap:   # vLLM's message, after the field it is about
             kind = "sample" if name == "logprobs" else "prompt"
-            raise ValueError(f"Requested {kind} logprobs of {k}, which is greater than max "
-                             f"allowed: {cap} ({name}; the engine's max_logprobs)")
+            raise ValueError(f"{name}: Requested {kind} logprobs of {k}, which is greater than "
+                             f"max allowed: {cap} (the engine's max_logprobs)")
 
 def prepare_sampling_params(params: SamplingParams, prompt_len: int, max_model_len: int,
                             tokenizer=None, generation_config: dict | None = None,
@@ -59,8 +63,46 @@ def prepare_sampling_params(params: SamplingParams, prompt_len: int, max_model_l
     if tokenizer is not None: params.update_from_tokenizer(tokenizer)
     return params
 
-def fan_out(request_id: str, params: SamplingParams) -> list[tuple]:
-    "`(engine request id, params, parent, index)` of each engine request behind one user request."
-    if params.n == 1: return [(request_id, params, None, 0)]
-    parent = ParentRequest(request_id, params)
-    return [(*parent.get_child_info(i), parent, i) for i in range(params.n)]
+def fan_out(request: Request) -> list[tuple[Request, ParentRequest | None, int]]:
+    "`(engine request, parent, index)` of each engine request behind one user request."
+    params = request.sampling_params
+    if params.n == 1: return [(request, None, 0)]
+    parent = ParentRequest(request.request_id, params)
+    children = [parent.get_child_info(i) for i in range(params.n)]   # ids `<i>_<id>`, seeds
+    return [(Request(child_id, request.prompt_token_ids, child_params, request.eos_token_id,
+                     request.arrival_time, request.priority), parent, i)
+            for i, (child_id, child_params) in enumerate(children)]
+
+# %% ../../nbs/23_llm.ipynb #f1u1p002
+class InputProcessor:
+    "A prompt and its `SamplingParams`, checked against the model and completed (vLLM's)."
+    def __init__(self, engine_args: EngineArgs, info: EngineInfo, tokenizer=None,
+                 generation_config: dict | None = None):
+        self.info, self.tokenizer, self.generation_config = info, tokenizer, generation_config
+        self.max_logprobs, self.policy = engine_args.max_logprobs, engine_args.scheduling_policy
+
+    def process_inputs(self, request_id: str, prompt, params: SamplingParams,
+                       arrival_time: float | None = None, priority: int = 0
+                       ) -> tuple[Request, str | None]:
+        "One prompt's engine `Request`, validated and completed, and its text; nothing is added."
+        if not isinstance(request_id, str):
+            raise TypeError(f"request_id must be a string, got {type(request_id).__name__}")
+        info = self.info
+        check_sampling_params(params, self.tokenizer, info.vocab_size, self.max_logprobs)
+        check_priority(priority, self.policy)
+        parsed = parse_prompt(prompt)
+        ids = parsed["prompt_token_ids"]
+        ids = check_prompt(self.tokenizer, parsed["prompt"] if ids is None else ids,
+                           info.vocab_size, info.max_model_len)
+        params = prepare_sampling_params(params, len(ids), info.max_model_len, self.tokenizer,
+                                         self.generation_config, info.eos_token_id)
+        return Request(request_id, ids, params, info.eos_token_id, arrival_time,
+                       priority), parsed["prompt"]
+
+def check_priority(priority, policy: str) -> None:
+    "A priority is a signed 64-bit integer (it travels as one), and not 0 only if it is used."
+    if isinstance(priority, bool) or not isinstance(priority, int) \
+            or not INT64_MIN <= priority <= INT64_MAX:
+        raise ValueError(f"priority must be an int in [-2**63, 2**63 - 1], got {priority!r:.40}")
+    if priority and policy != "priority":
+        raise ValueError("priority was given but scheduling_policy is not 'priority'")

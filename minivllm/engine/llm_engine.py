@@ -12,10 +12,8 @@ from ..outputs import RequestOutput
 from .arg_utils import EngineArgs
 from .core import (build_engine_core, load_tokenizer, resolve_model_path,
                                   try_get_generation_config)
-from .input_processor import (check_prompt, check_sampling_params, fan_out,
-                                             prepare_sampling_params)
+from .input_processor import InputProcessor, fan_out
 from .output_processor import OutputProcessor
-from ..inputs.llm import parse_prompt
 from ..metrics.loggers import StatLogger
 from ..metrics.reader import Metric
 from ..metrics.stats import IterationStats
@@ -36,6 +34,8 @@ class LLMEngine:
         self.generation_config = try_get_generation_config(self.model_path, args.generation_config)
         eos = self.tokenizer.eos_token_id if self.tokenizer is not None else None
         self.engine_core = build_engine_core(args, eos, usage_context)
+        self.input_processor = InputProcessor(args, self.engine_core.info, self.tokenizer,
+                                              self.generation_config)
         self.output_processor = OutputProcessor(self.tokenizer)
         max_model_len = self.engine_core.info.max_model_len   # the token-count buckets' top
         self.stat_logger = StatLogger(self.model_path.name, max_model_len) if log_stats else None
@@ -47,46 +47,20 @@ class LLMEngine:
         "The engine `engine_args` describe (vLLM's way in); stats unless `disable_log_stats`."
         return cls(engine_args, usage_context, log_stats=not engine_args.disable_log_stats)
 
-    def process_inputs(self, request_id: str, prompt, params: SamplingParams,
-                       arrival_time: float | None = None, priority: int = 0
-                       ) -> tuple[Request, str | None]:
-        "One prompt's engine `Request`, validated and completed, and its text; nothing is added."
-        if not isinstance(request_id, str):
-            raise TypeError(f"request_id must be a string, got {type(request_id).__name__}")
-        info = self.engine_core.info
-        check_sampling_params(params, self.tokenizer, info.vocab_size,
-                              self.engine_args.max_logprobs)
-        if not isinstance(priority, int) or isinstance(priority, bool):
-            raise ValueError(f"priority must be an int, got {priority!r}")
-        if priority and self.engine_core.scheduler_config.policy != "priority":
-            raise ValueError("priority was given but scheduling_policy is not 'priority'")
-        parsed = parse_prompt(prompt)
-        ids = parsed["prompt_token_ids"]
-        ids = check_prompt(self.tokenizer, parsed["prompt"] if ids is None else ids,
-                           info.vocab_size, info.max_model_len)
-        params = prepare_sampling_params(params, len(ids), info.max_model_len, self.tokenizer,
-                                         self.generation_config, info.eos_token_id)
-        request = Request(request_id, ids, params, eos_token_id=info.eos_token_id,
-                          arrival_time=arrival_time, priority=priority)
-        return request, parsed["prompt"]
-
     def add_processed_request(self, request: Request, prompt: str | None = None) -> None:
-        "Register a request `process_inputs` made (`n` children for `n` completions)."
+        "Register a request `input_processor` made (`n` children for `n` completions)."
         op = self.output_processor
         if request.request_id in op.request_states or request.request_id in op.parent_requests:
             raise ValueError(f"request id {request.request_id!r} is already in use")
-        for child_id, params, parent, index in fan_out(request.request_id, request.sampling_params):
-            child = request if parent is None else Request(
-                child_id, request.prompt_token_ids, params, request.eos_token_id,
-                request.arrival_time, request.priority)
+        for child, parent, index in fan_out(request):
             op.add_request(child, prompt, parent, index)
             self.engine_core.add_request(child)
 
     def add_request(self, request_id: str, prompt, params: SamplingParams,
                     arrival_time: float | None = None, priority: int = 0) -> str:
         "Validate one request and queue it; its id (vLLM's)."
-        self.add_processed_request(*self.process_inputs(request_id, prompt, params,
-                                                        arrival_time, priority))
+        self.add_processed_request(*self.input_processor.process_inputs(
+            request_id, prompt, params, arrival_time, priority))
         return request_id
 
     def step(self) -> list[RequestOutput]:

@@ -83,8 +83,8 @@ class LLM:
     def _process(self, i: int, prompt: dict, params, priority) -> tuple[Request, str | None]:
         "Prompt `i`'s engine request, reported once, when finished (vLLM's `LLM` does the same)."
         try:
-            request, text = self.llm_engine.process_inputs(str(next(self.request_counter)), prompt,
-                                                           params, priority=priority)
+            request, text = self.llm_engine.input_processor.process_inputs(
+                str(next(self.request_counter)), prompt, params, priority=priority)
         except (ValueError, TypeError) as e: raise type(e)(f"prompt {i}: {e}") from e
         request.sampling_params.output_kind = RequestOutputKind.FINAL_ONLY   # the request's own copy
         return request, text

@@ -26,7 +26,8 @@ def _is_token_ids(x) -> bool:
 def parse_prompt(p, name: str = "the prompt") -> dict:
     "One prompt as `{'prompt': text or None, 'prompt_token_ids': ids or None}`."
     if isinstance(p, str): return {"prompt": p, "prompt_token_ids": None}
-    if _is_token_ids(p): return {"prompt": None, "prompt_token_ids": list(p)}
+    if _is_token_ids(p) or (isinstance(p, list) and not p):   # empty: `check_prompt` says so
+        return {"prompt": None, "prompt_token_ids": list(p)}
     if isinstance(p, dict):
         extra = set(p) - {"prompt", "prompt_token_ids"}
         if extra:

@@ -32,8 +32,6 @@ def safe_apply_chat_template(tokenizer, conversation: list[dict], chat_template:
                            add_generation_prompt: bool = True, continue_final_message: bool = False,
                            chat_template_kwargs: dict | None = None) -> str:
     "The conversation rendered by the tokenizer's template (or `chat_template`), as text."
-    if tokenizer is None or not (chat_template or getattr(tokenizer, "chat_template", None)):
-        raise ValueError("this model has no tokenizer with a chat template; pass chat_template")
     if not isinstance(chat_template_kwargs or {}, dict):
         raise ValueError(f"chat_template_kwargs must be a dict, got {chat_template_kwargs!r:.80}")
     kwargs = dict(chat_template_kwargs or {})
@@ -42,6 +40,10 @@ def safe_apply_chat_template(tokenizer, conversation: list[dict], chat_template:
     if add_generation_prompt and continue_final_message:
         raise ValueError("Cannot set both `continue_final_message` and `add_generation_prompt` "
                          "to True.")
+    if tokenizer is None:
+        raise ValueError("this model has no tokenizer, so no chat template; give token ids")
+    if not (chat_template or getattr(tokenizer, "chat_template", None)):
+        raise ValueError("this model's tokenizer has no chat template; pass chat_template")
     kwargs |= dict(add_generation_prompt=add_generation_prompt,
                    continue_final_message=continue_final_message)
     try:

@@ -3,8 +3,8 @@
 # %% ../../../nbs/25_api_server.ipynb #w25b02
 from __future__ import annotations
 import argparse
-from dataclasses import dataclass, fields
-from ...engine.arg_utils import _arg as _flag   # a field, its default, its `--help` line
+from dataclasses import dataclass
+from ...engine.arg_utils import _arg as _flag, add_dataclass_args, dataclass_from_args
 
 @dataclass
 class FrontendArgs:
@@ -34,21 +34,13 @@ class FrontendArgs:
 
     @classmethod
     def add_cli_args(cls, parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        "A flag per field (`max_stop_strings`: `--max-stop-strings`), its default in the help."
-        group = parser.add_argument_group("server options (FrontendArgs)")
-        kinds = {"str": str, "int": int, "float": float}
-        for f in fields(cls):
-            flag, help = "--" + f.name.replace("_", "-"), f.metadata["help"]
-            if f.default is not None and f.type != "bool": help += f" (default: {f.default})"
-            if f.type == "bool": group.add_argument(flag, action="store_true", help=help)
-            else: group.add_argument(flag, type=kinds[f.type.removesuffix(" | None")],
-                                     default=f.default, help=help)
-        return parser
+        "A flag per field, made as `EngineArgs`' are (chapter 21); returns `parser`."
+        return add_dataclass_args(cls, parser, "server options (FrontendArgs)")
 
     @classmethod
     def from_cli_args(cls, args: argparse.Namespace) -> FrontendArgs:
         "The options the parsed flags hold."
-        return cls(**{f.name: getattr(args, f.name) for f in fields(cls)})
+        return dataclass_from_args(cls, args)
 
 # %% auto #0
 __all__ = ['FrontendArgs']

@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager, contextmanager
 from dataclasses import fields, replace
 from functools import partial
 from http import HTTPStatus
-from typing import Any, AsyncIterator, Iterator, Literal
+from typing import Any, AsyncIterator, Iterator
 from fastapi import APIRouter, FastAPI, Request as HTTPRequest
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response, StreamingResponse
@@ -18,15 +18,16 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from ... import __version__
 from ...metrics.reader import Counter, Gauge, Histogram
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from ...sampling_params import SamplingParams
 from ...core.sched.output import Logprob
 from ...outputs import CompletionOutput, RequestOutput
 from ...sampling_params import RequestOutputKind
 from ...engine.core import get_diff_sampling_param
 from ...usage.usage_lib import UsageContext
-from ...engine.async_llm import (AsyncLLM, EngineDeadError, EngineRequestError,
-                                       INT64_MAX, INT64_MIN)
+from ...engine.async_llm import AsyncLLM, EngineDeadError, EngineRequestError
+from ...renderers.chat_utils import (content_text, parse_chat_messages,
+                                           safe_apply_chat_template)
 from ..common.cli_args import FrontendArgs
 
 # %% auto #0
@@ -34,17 +35,16 @@ __all__ = ['logger', 'ERROR_TYPES', 'SURROGATE_ESCAPE', 'REQUEST_FIELDS', 'UNSUP
            'METRIC_HELP', 'NOT_SERVED', 'GUARDED_PREFIX', 'error_response', 'ParamError', 'validation_message',
            'validation_param', 'text_chars', 'check_text', 'check_bounds', 'max_text_chars', 'find_lone_surrogate',
            'read_json', 'validate', 'OpenAIBaseModel', 'StreamOptions', 'SamplingFields', 'CompletionRequest',
-           'ChatContentPart', 'ChatMessage', 'ChatCompletionRequest', 'warn_ignored', 'param_of', 'blame',
-           'check_model', 'check_request', 'num_logprobs', 'max_tokens_for', 'echo_without_generation',
-           'to_sampling_params', 'completion_prompts', 'encode_prompt', 'check_template_trust', 'render_chat_template',
-           'RenderTimeout', 'run_with_time_limit', 'chat_prompt', 'completion_logprobs', 'chat_logprobs',
-           'prompt_logprobs_json', 'Generation', 'make_choice', 'full_response', 'stream_chunks', 'until_disconnected',
-           'respond', 'health', 'show_available_models', 'stats', 'EngineMetricsCollector', 'metrics',
-           'TokenizeRequest', 'DetokenizeRequest', 'tokenize', 'detokenize', 'show_version', 'ping',
-           'get_server_load_metrics', 'kv_event_sources', 'create_completion', 'serve_completion',
-           'create_chat_completion', 'serve_chat', 'invocations', 'error_body', 'watch_engine', 'lifespan',
-           'add_api_key', 'BodySizeLimit', 'build_app', 'build_async_engine_client', 'log_to_stderr', 'serve',
-           'serve_in_thread']
+           'ChatMessage', 'ChatCompletionRequest', 'warn_ignored', 'param_of', 'blame', 'check_model', 'check_request',
+           'num_logprobs', 'max_tokens_for', 'echo_without_generation', 'to_sampling_params', 'completion_prompts',
+           'encode_prompt', 'check_template_trust', 'render_chat_template', 'RenderTimeout', 'run_with_time_limit',
+           'chat_prompt', 'completion_logprobs', 'chat_logprobs', 'prompt_logprobs_json', 'Generation', 'make_choice',
+           'full_response', 'stream_chunks', 'until_disconnected', 'respond', 'health', 'show_available_models',
+           'stats', 'EngineMetricsCollector', 'metrics', 'TokenizeRequest', 'DetokenizeRequest', 'tokenize',
+           'detokenize', 'show_version', 'ping', 'get_server_load_metrics', 'kv_event_sources', 'create_completion',
+           'serve_completion', 'create_chat_completion', 'serve_chat', 'invocations', 'error_body', 'watch_engine',
+           'lifespan', 'add_api_key', 'BodySizeLimit', 'build_app', 'build_async_engine_client', 'log_to_stderr',
+           'serve', 'serve_in_thread']
 
 # %% ../../../nbs/25_api_server.ipynb #bf1ed695
 logger = logging.getLogger("minivllm.api_server")
@@ -77,7 +77,7 @@ def validation_param(exc: RequestValidationError) -> str:
     parts = []
     for x in map(str, errors[0]["loc"][1:]):
         if x in ("str", "int", "float", "bool") or not (x.isdigit() or x.isidentifier()): break
-        parts.append(x)   # `content.str`, `content.list[ChatContentPart]`: branches, not fields
+        parts.append(x)   # `stop.str`, `stop.list[str]`: branches of a union, not fields
     return ".".join(parts) or "body"
 
 # %% ../../../nbs/25_api_server.ipynb #w25b05
@@ -128,12 +128,9 @@ def check_bounds(data, args: FrontendArgs, max_model_len: int, max_chars: int | 
     _at_most(len(stop), args.max_stop_strings, "stop", "stop strings", "max-stop-strings")
     _at_most(max(map(text_chars, stop), default=0), args.max_stop_string_length, "stop",
              "characters in a stop string", "max-stop-string-length")
-    if isinstance(bias := data.get("logit_bias"), dict):
+    if isinstance(bias := data.get("logit_bias"), dict):   # its values: SamplingParams'
         _at_most(len(bias), args.max_logit_bias_tokens, "logit_bias", "entries",
                  "max-logit-bias-tokens")
-        if any(isinstance(v, (int, float)) and not -100 <= v <= 100 for v in bias.values()):
-            raise ParamError("logit_bias values must be in [-100, 100] (OpenAI's range)",
-                             "logit_bias")
 
 def max_text_chars(async_llm: AsyncLLM) -> int | None:
     "Characters `max_model_len` tokens can hold: times the longest vocabulary entry (vLLM's)."
@@ -208,7 +205,7 @@ class SamplingFields(OpenAIBaseModel):
     frequency_penalty: float | None = None
     repetition_penalty: float | None = None
     min_tokens: int = 0
-    seed: int | None = Field(None, ge=INT64_MIN, le=INT64_MAX)   # vLLM's bound
+    seed: int | None = None
     stop: str | list[str] | None = None
     stop_token_ids: list[int] | None = None
     include_stop_str_in_output: bool = False
@@ -219,7 +216,7 @@ class SamplingFields(OpenAIBaseModel):
     bad_words: list[str] | None = None
     prompt_logprobs: int | None = None
     echo: bool | None = False
-    priority: int = Field(0, ge=INT64_MIN, le=INT64_MAX)   # it travels as a signed 64-bit int
+    priority: int = 0
     request_id: str | None = None
     user: str | None = None            # for the client's own bookkeeping: nothing to do
     stream: bool | None = False
@@ -233,15 +230,14 @@ class CompletionRequest(SamplingFields):
     logprobs: int | None = None
     add_special_tokens: bool = True
 
-class ChatContentPart(BaseModel):
-    "One part of a message's content; minivllm reads text only (an image part is a 400)."
-    type: Literal["text"]
-    text: str
-
-class ChatMessage(BaseModel):
+class ChatMessage(OpenAIBaseModel):
     "One chat message: a role (any string: the chat template decides, as in vLLM) and its content."
     role: str
-    content: str | list[ChatContentPart]
+    content: Any   # required; text only, as `LLM.chat` reads it (chapter 23's `content_text`)
+
+    @field_validator("content")
+    @classmethod
+    def _as_text(cls, content): return content_text(content)
 
 class ChatCompletionRequest(SamplingFields):
     "Body of `POST /v1/chat/completions`: the conversation so far; `logprobs` + `top_logprobs`."
@@ -331,10 +327,6 @@ def check_request(body: SamplingFields, model_name: str) -> None:
     if k is not None and body.stream and (k > 0 or k == -1):
         raise ParamError("`prompt_logprobs` are not available when `stream=True`.",
                          "prompt_logprobs")
-    if isinstance(body, ChatCompletionRequest):
-        if body.continue_final_message and body.add_generation_prompt:
-            raise ParamError("Cannot set both `continue_final_message` and "
-                             "`add_generation_prompt` to True.", "continue_final_message")
 
 def num_logprobs(body: SamplingFields) -> int | None:
     "`SamplingParams.logprobs` for the body: completions' `logprobs`, or chat's `top_logprobs`."
@@ -403,37 +395,22 @@ def encode_prompt(async_llm: AsyncLLM, prompt: str | list[int],
         prompt = tokenizer.encode(prompt, add_special_tokens=False) or prompt
     return async_llm.tokenize_prompt(prompt)
 
-def _text(content) -> str:
-    "A message's content as one string (text parts joined, as vLLM joins them)."
-    return content if isinstance(content, str) else "\n".join(p.text for p in content)
-
 def check_template_trust(body, trusted: bool) -> None:
     "A template in a request is code: refused unless the server trusts its clients (vLLM's rule)."
-    kwargs = body.chat_template_kwargs or {}
-    if not trusted and (body.chat_template is not None or kwargs.get("chat_template") is not None):
+    smuggled = (body.chat_template_kwargs or {}).get("chat_template")
+    if not trusted and (body.chat_template is not None or smuggled is not None):
         raise ParamError("Chat template is passed with request, but "   # vLLM's message
                          "--trust-request-chat-template is not set. Refused request with "
                          "untrusted chat template.",
                          "chat_template" if body.chat_template is not None else
                          "chat_template_kwargs")
-    if unexpected := sorted({"chat_template", "tokenize"} & kwargs.keys()):   # vLLM's too
-        raise ParamError(f"Found unexpected chat template kwargs from request: {unexpected}",
-                         "chat_template_kwargs")
 
 def render_chat_template(tokenizer, body) -> str:
-    "The conversation through the chat template, as text (vLLM's template options)."
-    if tokenizer is None or not (getattr(tokenizer, "chat_template", None) or body.chat_template):
-        raise ParamError("this model has no tokenizer with a chat template; use "
-                         "/v1/completions", "messages")
-    conversation = [{"role": m.role, "content": _text(m.content)} for m in body.messages]
-    options = dict(body.chat_template_kwargs or {}) | dict(
-        add_generation_prompt=body.add_generation_prompt,
-        continue_final_message=body.continue_final_message)
-    if body.chat_template is not None: options["chat_template"] = body.chat_template
-    try:   # a template may refuse a conversation (roles out of order, ...) with any exception
-        return tokenizer.apply_chat_template(conversation, tokenize=False, **options)
-    except Exception as e:
-        raise ParamError(f"the chat template cannot render these messages: {e}", "messages")
+    "The body's conversation as text, as `LLM.chat` renders it (chapter 23's two functions)."
+    conversation = parse_chat_messages([m.model_dump() for m in body.messages])
+    return safe_apply_chat_template(tokenizer, conversation, body.chat_template,
+                                    body.add_generation_prompt, body.continue_final_message,
+                                    body.chat_template_kwargs)
 
 class RenderTimeout(BaseException):
     "Raised inside a thread that ran out of time (a `BaseException`: templates cannot catch it)."
@@ -466,8 +443,10 @@ async def chat_prompt(raw_request: HTTPRequest, body) -> list[int]:
     state = raw_request.app.state
     async_llm, args, tokenizer = state.async_llm, state.args, state.async_llm.get_tokenizer()
     check_template_trust(body, args.trust_request_chat_template)
-    try: text = await run_with_time_limit(partial(render_chat_template, tokenizer, body),
-                                          args.chat_template_render_timeout)
+    try:   # a ValueError that names no field (a template's own refusal) is about the messages
+        with blame("messages"):
+            text = await run_with_time_limit(partial(render_chat_template, tokenizer, body),
+                                             args.chat_template_render_timeout)
     except TimeoutError:
         raise ParamError(f"the chat template did not render within "
                          f"{args.chat_template_render_timeout} s (--chat-template-render-timeout)",
@@ -869,13 +848,6 @@ def _defaults(raw_request: HTTPRequest) -> dict:
     "The model's sampling defaults (vLLM's `get_diff_sampling_param`), read once per app."
     return raw_request.app.state.default_sampling_params
 
-def _check_priority(async_llm: AsyncLLM, priority: int) -> int:
-    "vLLM refuses a priority unless the scheduler orders by it."
-    if priority and async_llm.engine_args.scheduling_policy != "priority":
-        raise ParamError("Got priority != 0 but the scheduling policy is not 'priority'",
-                         "priority")
-    return priority
-
 @router.post("/v1/completions")
 async def create_completion(raw_request: HTTPRequest):
     "`POST /v1/completions`: prompts (text or ids) -> `n` completions each, whole or in chunks."
@@ -886,7 +858,6 @@ async def serve_completion(body: CompletionRequest, raw_request: HTTPRequest):
     "A validated completion request, served (what `/v1/completions` and `/invocations` run)."
     async_llm, model_name = _state(raw_request)
     check_request(body, model_name)
-    priority = _check_priority(async_llm, body.priority)
     if body.max_tokens is None: body.max_tokens = 16   # vLLM's normalize_null_max_tokens
     prompts, ids = completion_prompts(body.prompt), []
     with blame("prompt"):
@@ -902,7 +873,8 @@ async def serve_completion(body: CompletionRequest, raw_request: HTTPRequest):
         texts = [t if t is not None else d for t, d in zip(texts, decoded)]
     params = [to_sampling_params(body, len(x), async_llm.max_model_len, _defaults(raw_request))
               for x in ids]
-    g = Generation(async_llm, "text_completion", ids, body, params, model_name, texts, priority)
+    g = Generation(async_llm, "text_completion", ids, body, params, model_name, texts,
+                   body.priority)
     return await respond(raw_request, await g.start())
 
 @router.post("/v1/chat/completions")
@@ -915,16 +887,15 @@ async def serve_chat(body: ChatCompletionRequest, raw_request: HTTPRequest):
     "A validated chat request, served (what `/v1/chat/completions` and `/invocations` run)."
     async_llm, model_name = _state(raw_request)
     check_request(body, model_name)
-    priority = _check_priority(async_llm, body.priority)
     prompt_token_ids = await chat_prompt(raw_request, body)
     if body.max_completion_tokens is not None: body.max_tokens = body.max_completion_tokens
     sp = to_sampling_params(body, len(prompt_token_ids), async_llm.max_model_len,
                             _defaults(raw_request))
     g = Generation(async_llm, "chat.completion", [prompt_token_ids], body, [sp], model_name,
-                   priority=priority)
+                   priority=body.priority)
     role = "assistant" if body.add_generation_prompt else body.messages[-1].role
     if body.echo and body.messages[-1].role == role:   # vLLM: the reply continues that message
-        g.echo_text = _text(body.messages[-1].content)
+        g.echo_text = body.messages[-1].content or ""
     return await respond(raw_request, await g.start())
 
 @router.post("/invocations")
