@@ -22,13 +22,12 @@ summary. Each problem has a kind:
   show_doc entries into anchors on the code: the reader has just read the signature and docstring);
 * `recap`: a chapter (00-89) that does not end with a `## Recap` section whose `**Next:**` link is
   the next page on the reading path (docs/reading_path.py); `next`: a page whose "next" link at
-  its foot is not that page; a chapter a-model writes the recap of (RECAP_BY_OTHERS) is reported
-  as `recap-others`, parked until its branch is merged;
+  its foot is not that page;
 * `figure-first`: a core chapter without a figure (an image, an inline SVG, a step viewer) before
   its first `##` section ends: each core idea is drawn where it is introduced.
 
 Every kind fails. A kind listed in PENDING is printed and fails only with DOCS_STRICT=1 (room to
-park one while its notebooks are being fixed): today `recap-others` only.
+park one while its notebooks are being fixed): none today.
 Usage: python docs/site_check.py   (exit 1 on a failing problem)
 """
 import json, os, re, struct, sys, zlib
@@ -45,10 +44,7 @@ DOCS = Path(__file__).resolve().parent
 SITE = DOCS / "_build" / "html"
 MANIFEST = DOCS / "_build" / "site_manifest.json"
 MIN_DPI = 100
-# kinds parked while the notebooks are fixed: the recaps of a-model's chapters (issue 49), which
-# that branch writes; drop it once merged
-PENDING: set[str] = {"recap-others"}
-RECAP_BY_OTHERS = {f"{n}" for n in range(12, 20)}   # chapter numbers whose recap a-model writes
+PENDING: set[str] = set()   # kinds parked while their notebooks are being fixed
 
 
 def strict():
@@ -279,16 +275,15 @@ def reading_problems(soups, pages):
         if meta.get("role") == "core" and not first_section_has_figure(soup):
             probs.append((rel, "figure-first", "no figure before the first ## section ends"))
         if meta.get("role") not in ("core", "detour"): continue
-        kind = "recap-others" if meta.get("number") in RECAP_BY_OTHERS else "recap"
         top = soup.select_one("article section")
         last = top.find_all("section", recursive=False)[-1:] if top else []
         recap = last[0] if last and last[0].get("id") == "recap" else None
         if recap is None:
-            probs.append((rel, kind, "the chapter does not end with a ## Recap section")); continue
+            probs.append((rel, "recap", "the chapter does not end with a ## Recap section")); continue
         nxt = next((p for p in recap.find_all("p") if norm(p.get_text()).startswith("Next:")), None)
         link = nxt.find("a", href=True) if nxt else None
         if link is None or page_stem(link["href"]) != meta.get("next"):
-            probs.append((rel, kind, f"the recap's Next link goes to "
+            probs.append((rel, "recap", f"the recap's Next link goes to "
                           f"{page_stem(link['href']) if link else None}, not {meta.get('next')}"))
     return probs
 
