@@ -53,7 +53,8 @@ def test_n_with_several_prompts_keeps_order(tiny_llm):
     outs = tiny_llm.generate([[5, 6, 7], [8, 9], [10, 11, 12, 13]], sps, use_tqdm=False)
     assert [len(o.outputs) for o in outs] == [2, 1, 3]
     assert [o.prompt_token_ids for o in outs] == [[5, 6, 7], [8, 9], [10, 11, 12, 13]]
-    assert not tiny_llm.output_processor.request_states and not tiny_llm.output_processor.parent_requests
+    processor = tiny_llm.llm_engine.output_processor
+    assert not processor.request_states and not processor.parent_requests
 
 
 # ---------------------------------------------------------------- stop strings
