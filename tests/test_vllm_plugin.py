@@ -14,7 +14,7 @@ what it recorded here. On every worked example, every golden workload and 20 ran
 Without vLLM's venv they skip, except in CI (`$CI` set), where they fail: CI builds the venv
 (`make test` depends on `vllm-env`).
 """
-import json, os, subprocess, sys, time
+import json, os, subprocess, sys
 from pathlib import Path
 
 import pytest
@@ -180,18 +180,19 @@ def test_sampled_tokens_when_asked(recorded, name):
         assert [r.new_token_ids for r in a.requests] == [r.new_token_ids for r in b.requests]
 
 
-def test_ten_thousand_steps_drawn_in_five_seconds(recorded, tmp_path):
-    import matplotlib.pyplot  # noqa: F401  (its import is not the drawing's)
+def test_ten_thousand_steps_drawn_one_artist_per_series(recorded, tmp_path):
+    "A long run draws as fast as a short one: each series is one artist, whatever the step count."
+    from minivllm.viz.vllm import plot_overview
     path = result(recorded, "stream_10k")["path"]
-    t0 = time.perf_counter()
     summary = main(path, tmp_path / "run.png", quiet=True)
-    seconds = time.perf_counter() - t0
     window = main(path, tmp_path / "run.png", steps=range(5000, 5030), quiet=True)
     assert Path(window["steps_figure"]).stat().st_size > 10_000
     assert summary["steps"] >= 10_000, summary
     assert (tmp_path / "run.png").stat().st_size > 10_000
-    assert seconds < 5, f"{seconds:.1f} s for {summary['steps']} steps"
     assert summary["prefix_hit_rate"] > 0 and summary["finished"] == 2500, summary
+    fig = plot_overview(load(path))
+    # three token areas and the budget line, running and waiting, KV usage and the preemption marks
+    assert sum(len(a.lines) + len(a.collections) for a in fig.axes) <= 8
 
 
 def test_a_cut_last_line_is_dropped(recorded, tmp_path):
