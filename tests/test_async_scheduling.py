@@ -293,7 +293,8 @@ def test_a_failing_request_fails_alone_with_async_scheduling(tiny_llama_path):
     async def with_poison():
         tasks = [asyncio.create_task(tokens(p, f"batch-{i}")) for i, p in enumerate(prompts)]
         while (await engine.get_stats())["num_running_reqs"] < 4: await asyncio.sleep(0.01)
-        # a token id past the vocabulary: past the input processor's checks, it fails in the step
+        # a token id past the vocabulary: the input processor refuses it, so it is sent around
+        # AsyncLLM.add_request (below) and fails in the engine's step
         poisoned = SamplingParams(temperature=1, max_tokens=8, logit_bias={10**6: 1.0})
         poison = Request("poison", [1, 2, 3], poisoned, None)
         collector = RequestOutputCollector(asyncio.get_running_loop())

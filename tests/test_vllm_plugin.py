@@ -181,7 +181,7 @@ def test_sampled_tokens_when_asked(recorded, name):
 
 
 def test_ten_thousand_steps_drawn_one_artist_per_series(recorded, tmp_path):
-    "A long run draws as fast as a short one: each series is one artist, whatever the step count."
+    "A long run draws one artist per series, whatever its step count: never an artist a step."
     from minivllm.viz.vllm import plot_overview
     path = result(recorded, "stream_10k")["path"]
     summary = main(path, tmp_path / "run.png", quiet=True)

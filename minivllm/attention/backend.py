@@ -26,7 +26,7 @@ PAD_SLOT_ID = -1   # vLLM's slot id for padding tokens: their K/V are never writ
 
 # %% ../../nbs/12_paged_attention.ipynb #6985fe04
 class AttentionBackend:
-    "vLLM's `AttentionBackend`: what a model's attention layers call; a subclass per kind of kernel."
+    "vLLM's `AttentionBackend`: what a model's attention layers call; one subclass per kernel kind."
     name = "none"
     platform = "native"   # whose `forward_*` the model's custom ops take beside it (`CustomOp`)
 

@@ -37,7 +37,7 @@ def is_uniform_decode(num_tokens: int, attn_metadata: AttentionMetadata) -> bool
 
 # %% ../../nbs/15_cuda_graphs.ipynb #18e9ae37
 class ModelWrapper(nn.Module):
-    "A module that runs `self.model` its own way; anything else (config, kv_caches...) is the model's."
+    "A module that runs `self.model` its own way; all else (config, kv_caches...) is the model's."
     def __getattr__(self, name):
         try: return super().__getattr__(name)
         except AttributeError:

@@ -73,7 +73,8 @@ class TorchCompileWithNoGuardsWrapper(ModelWrapper):
         "Compile (or load) the layer's two graphs and the one-row logits, probed; `False` if it can't."
         model = self.model
         if not model.kv_caches: raise RuntimeError("bind the KV caches before compile()")
-        if self.cache is not None: os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(self.cache)  # lazily read
+        # inductor reads its cache folder lazily, at the first compile
+        if self.cache is not None: os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(self.cache)
         cache = Path(self.cache or inductor_cache_dir())
         layer, kv = model.model.layers[0], model.kv_caches[0]
         blocks = (kv.shape[1:], kv.dtype, kv.device)          # any number of blocks of this kind

@@ -149,7 +149,7 @@ def huge_page_kib(t: torch.Tensor) -> int:
 
 def make_kv_caches(num_layers, num_kv_heads, head_dim, dtype, num_blocks: int, block_size: int,
                    device="cpu") -> list[torch.Tensor]:
-    "A zeroed KV cache `[num_blocks, 2, block_size, kv_heads, head_dim]` per layer (CPU: huge pages)."
+    "Zeroed KV caches, `[num_blocks, 2, block_size, kv_heads, head_dim]` a layer (CPU: huge pages)."
     shape = (num_blocks, 2, block_size, num_kv_heads, head_dim)
     if torch.device(device).type == "cpu":
         layer = torch.empty(shape, dtype=dtype, device="meta")

@@ -1,6 +1,6 @@
 // attention.cpp's kernels as one torch op, `minivllm::cpu_layer_attention`, which compiled graphs
-// call without Python. The step's metadata is the forward context's: published once per forward pass
-// and per thread, as pointers to its tensors (the context keeps them alive meanwhile).
+// call without Python. The step's metadata is the forward context's: published once per forward
+// pass and per thread, as pointers to its tensors (the context keeps them alive meanwhile).
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
